@@ -1,0 +1,139 @@
+"""The `mlrelease` command line: data generation, pipeline steps, pod rendering.
+
+Heavy libraries are imported inside each command so `mlrelease --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from mlrelease.errors import StepError
+from mlrelease.settings import Settings
+from mlrelease.timewindow import Window, parse_date, parse_timestamp
+
+
+def _cmd_generate(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.data.generate import generate
+
+    totals = generate(
+        settings.offline_dir,
+        parse_date(args.start, name="--start"),
+        parse_date(args.end, name="--end"),
+        rows_per_day=args.rows_per_day,
+        seed=args.seed,
+        inject=args.inject,
+    )
+    return {"offline_dir": str(settings.offline_dir), "rows": totals, "inject": args.inject}
+
+
+def _step_apply_features(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.apply_features import apply_features
+
+    return apply_features(settings)
+
+
+def _step_materialize(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.materialize import materialize
+
+    if args.overlap_hours < 0:
+        raise ValueError(f"--overlap-hours must not be negative, got {args.overlap_hours}")
+    return materialize(settings, Window.parse(args.start, args.end), timedelta(hours=args.overlap_hours))
+
+
+def _step_check_freshness(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.check_freshness import check_freshness
+
+    return check_freshness(settings, parse_timestamp(args.end, name="--end"))
+
+
+def _step_validate_data(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.validate_data import validate_data
+
+    if args.reference_days < 0:
+        raise ValueError(f"--reference-days must not be negative, got {args.reference_days}")
+    return validate_data(
+        settings, Window.parse(args.start, args.end), reference_days=args.reference_days, psi_threshold=args.psi_threshold
+    )
+
+
+def _cmd_render_pods(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.render import render_pods
+
+    return render_pods(args.out, kubernetes_version=args.kubernetes_version)
+
+
+def _window_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--start", required=True, help="window start, ISO-8601 (the data interval start)")
+    parser.add_argument("--end", required=True, help="window end, ISO-8601 (the data interval end)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every `mlrelease` command."""
+    parser = argparse.ArgumentParser(prog="mlrelease", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    data = sub.add_parser("data", help="synthetic data").add_subparsers(dest="data_command", required=True)
+    gen = data.add_parser("generate", help="write date-partitioned parquet for [--start, --end]")
+    gen.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
+    gen.add_argument("--end", required=True, help="last day (inclusive), YYYY-MM-DD")
+    gen.add_argument("--rows-per-day", type=int, default=2_000)
+    gen.add_argument("--seed", type=int, default=7)
+    gen.add_argument("--inject", choices=["nulls", "drift", "schema", "stale", "duplicates"])
+    gen.set_defaults(handler=_cmd_generate, result_to_xcom=False)
+
+    steps = sub.add_parser("step", help="run one pipeline step").add_subparsers(dest="step", required=True)
+    steps.add_parser("apply-features", help="feast apply").set_defaults(handler=_step_apply_features)
+    mat = steps.add_parser("materialize", help="materialize one window into the online store")
+    _window_args(mat)
+    mat.add_argument("--overlap-hours", type=float, default=2.0, help="also reload this much before --start")
+    mat.set_defaults(handler=_step_materialize)
+    fresh = steps.add_parser("check-freshness", help="fail when a feature view is older than its budget")
+    fresh.add_argument("--end", required=True, help="reference time, ISO-8601 (the data interval end)")
+    fresh.set_defaults(handler=_step_check_freshness)
+    val = steps.add_parser("validate-data", help="Great Expectations suites and drift checks")
+    _window_args(val)
+    val.add_argument("--reference-days", type=int, default=7, help="days before --start to compare drift against")
+    val.add_argument("--psi-threshold", type=float, default=0.25)
+    val.set_defaults(handler=_step_validate_data)
+
+    render = sub.add_parser("render-pods", help="write and validate every step's Kubernetes pod manifest")
+    render.add_argument("--out", required=True)
+    render.add_argument("--kubernetes-version", default="1.34.0")
+    render.set_defaults(handler=_cmd_render_pods, result_to_xcom=False)
+    return parser
+
+
+def run(handler: Callable[[argparse.Namespace, Settings], dict[str, Any]], args: argparse.Namespace) -> int:
+    """Run one command; print its JSON result, write it to the XCom path for steps; map errors to exit 2."""
+    import json
+
+    label = f"mlrelease step {args.step}" if args.command == "step" else f"mlrelease {args.command}"
+    try:
+        settings = Settings.from_env()
+        result = handler(args, settings)
+    except (StepError, ValueError) as exc:
+        print(f"{label}: error: {exc}", file=sys.stderr)
+        return 2
+    if getattr(args, "result_to_xcom", True):
+        from mlrelease.xcom import write_result
+
+        write_result(settings.xcom_path, result)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `mlrelease` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return run(args.handler, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Synthetic parcel-delivery data and the tables' schema."""

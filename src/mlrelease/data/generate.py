@@ -1,0 +1,251 @@
+"""Deterministic synthetic parcel-delivery data, written as date-partitioned parquet.
+
+Every day is generated from its own seeded random stream, so generating a range in one call or
+day by day gives identical files, and rerunning a day rewrites the same bytes (idempotent).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mlrelease.data.schema import PACKAGE_CATEGORIES, REGIONS, TABLES, USER_TIERS
+from mlrelease.storage import write_parquet_atomic
+
+log = logging.getLogger(__name__)
+
+INJECT_MODES = ("nulls", "drift", "schema", "stale", "duplicates")
+N_ROUTES = 200
+STALE_HOURS = 18  # how far behind the end of the range the `stale` injection stops route updates
+
+
+@dataclass(frozen=True)
+class Population:
+    """The long-lived users and routes that orders are drawn from (fixed for a seed)."""
+
+    user_tier: np.ndarray
+    user_age_days: np.ndarray
+    route_region: np.ndarray
+    route_distance_km: np.ndarray
+    route_is_remote: np.ndarray
+
+    @property
+    def n_users(self) -> int:
+        """Number of users."""
+        return len(self.user_tier)
+
+
+def make_population(seed: int, n_users: int) -> Population:
+    """Build the static user and route attributes for a seed."""
+    rng = np.random.default_rng([seed, 0])
+    tier = rng.choice(USER_TIERS, size=n_users, p=[0.70, 0.22, 0.08])
+    age = rng.integers(1, 3_000, size=n_users)
+    region = rng.choice(REGIONS, size=N_ROUTES, p=[0.22, 0.22, 0.2, 0.2, 0.1, 0.06])
+    # Remote routes are islands plus a share of the rest: the long tail of the network.
+    remote = (region == "islands") | (rng.random(N_ROUTES) < 0.10)
+    distance = rng.lognormal(mean=5.2, sigma=0.6, size=N_ROUTES) * np.where(remote, 2.2, 1.0)
+    return Population(tier, age, region, np.clip(distance, 1.0, 4_900.0).round(1), remote)
+
+
+def _day_rng(seed: int, day: date, stream: int) -> np.random.Generator:
+    return np.random.default_rng([seed, day.toordinal(), stream])
+
+
+def _midnight(day: date) -> pd.Timestamp:
+    return pd.Timestamp(datetime(day.year, day.month, day.day, tzinfo=UTC))
+
+
+def users_for_day(pop: Population, seed: int, day: date) -> pd.DataFrame:
+    """One daily snapshot row per user, taken around 01:00 UTC."""
+    rng = _day_rng(seed, day, 1)
+    n = pop.n_users
+    tier_rate = pd.Series(pop.user_tier).map({"standard": 2.0, "plus": 5.0, "premium": 12.0}).to_numpy()
+    tier_value = pd.Series(pop.user_tier).map({"standard": 60.0, "plus": 180.0, "premium": 900.0}).to_numpy()
+    return pd.DataFrame(
+        {
+            "user_id": np.arange(1, n + 1, dtype="int64"),
+            "event_timestamp": _midnight(day) + pd.to_timedelta(60 + rng.integers(0, 30, n), unit="m"),
+            "tier": pop.user_tier.astype(str),
+            "account_age_days": (pop.user_age_days + (day.toordinal() % 10_000)).astype("int64"),
+            "orders_30d": rng.poisson(tier_rate).astype("int64"),
+            "avg_declared_value_30d": (tier_value * rng.lognormal(0, 0.4, n)).round(2),
+        }
+    )
+
+
+def routes_for_day(pop: Population, seed: int, day: date) -> pd.DataFrame:
+    """Route snapshots every six hours (congestion and recent transit time change during the day)."""
+    rng = _day_rng(seed, day, 2)
+    frames = []
+    for hour in (0, 6, 12, 18):
+        rush = 0.25 if hour in (6, 12) else 0.05
+        congestion = np.clip(rng.beta(2, 5, N_ROUTES) + rush, 0, 1)
+        transit = pop.route_distance_km / 55 * (1 + 0.8 * congestion) + 20 * pop.route_is_remote
+        frames.append(
+            pd.DataFrame(
+                {
+                    "route_id": np.arange(1, N_ROUTES + 1, dtype="int64"),
+                    "event_timestamp": _midnight(day)
+                    + pd.Timedelta(hours=hour)
+                    + pd.to_timedelta(rng.integers(0, 30, N_ROUTES), unit="m"),
+                    "region": pop.route_region.astype(str),
+                    "distance_km": pop.route_distance_km,
+                    "is_remote": pop.route_is_remote,
+                    "congestion_index": congestion.round(4),
+                    "avg_transit_hours_7d": (transit * rng.lognormal(0, 0.1, N_ROUTES)).round(2),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+def orders_and_packages_for_day(
+    pop: Population, seed: int, day: date, rows: int, routes: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Orders placed during the day, each with its own package, and the delivery time they took."""
+    rng = _day_rng(seed, day, 3)
+    # Premium users order more often: weight the draw by tier.
+    weights = pd.Series(pop.user_tier).map({"standard": 1.0, "plus": 2.0, "premium": 5.0}).to_numpy()
+    user_idx = rng.choice(pop.n_users, size=rows, p=weights / weights.sum())
+    route_idx = rng.integers(0, N_ROUTES, size=rows)
+    ts = _midnight(day) + pd.to_timedelta(np.sort(rng.integers(0, 86_400, rows)), unit="s")
+    order_id = day.toordinal() * 1_000_000 + np.arange(1, rows + 1, dtype="int64")
+
+    category = rng.choice(PACKAGE_CATEGORIES, size=rows, p=[0.15, 0.2, 0.25, 0.15, 0.05, 0.05, 0.15])
+    furniture = category == "furniture"
+    weight = np.clip(rng.lognormal(0.5, 0.9, rows) * np.where(furniture, 12, 1), 0.05, 900).round(2)
+    volume = np.clip(weight * rng.lognormal(1.3, 0.5, rows), 0.05, 4_900).round(1)
+    bulky = furniture | (volume > 150)
+    tier = pop.user_tier[user_idx]
+    value_scale = np.select([tier == "premium", tier == "plus"], [900.0, 180.0], 60.0)
+    declared = np.clip(rng.lognormal(0, 0.8, rows) * value_scale, 1, 99_000).round(2)
+
+    # Congestion at order time: the latest route snapshot of the day at or before the order.
+    hours = np.minimum(ts.hour.to_numpy() // 6, 3)
+    congestion = routes["congestion_index"].to_numpy().reshape(4, N_ROUTES)[hours, route_idx]
+    remote = pop.route_is_remote[route_idx]
+    eta = (
+        8.0
+        + pop.route_distance_km[route_idx] / 55 * (1 + 0.8 * congestion)
+        + 20.0 * remote
+        + 6.0 * bulky
+        + 0.05 * weight
+        - 3.0 * (tier == "premium")
+        + rng.gamma(2.0, np.where(remote, 4.0, 1.5))
+    )
+    packages = pd.DataFrame(
+        {
+            "package_id": order_id,
+            "event_timestamp": ts,
+            "weight_kg": weight,
+            "volume_l": volume,
+            "declared_value": declared,
+            "category": category.astype(str),
+            "is_bulky": bulky,
+        }
+    )
+    orders = pd.DataFrame(
+        {
+            "order_id": order_id,
+            "event_timestamp": ts,
+            "user_id": (user_idx + 1).astype("int64"),
+            "package_id": order_id,
+            "route_id": (route_idx + 1).astype("int64"),
+            "eta_hours": np.clip(eta, 0.5, 499).round(3),
+        }
+    )
+    return orders, packages
+
+
+def generate_day(pop: Population, seed: int, day: date, rows: int) -> dict[str, pd.DataFrame]:
+    """All four tables for one day."""
+    routes = routes_for_day(pop, seed, day)
+    orders, packages = orders_and_packages_for_day(pop, seed, day, rows, routes)
+    return {"users": users_for_day(pop, seed, day), "routes": routes, "orders": orders, "packages": packages}
+
+
+# --- corruptions, each the thing its name says -------------------------------------------------
+
+
+def _inject_nulls(tables: dict[str, pd.DataFrame], rng: np.random.Generator, range_end: pd.Timestamp) -> None:
+    for name, col in (("routes", "distance_km"), ("packages", "weight_kg"), ("users", "tier")):
+        df = tables[name]
+        mask = rng.random(len(df)) < 0.2
+        df[col] = df[col].astype("object" if col == "tier" else "float64").where(~mask, None)
+
+
+def _inject_drift(tables: dict[str, pd.DataFrame], rng: np.random.Generator, range_end: pd.Timestamp) -> None:
+    routes, packages = tables["routes"], tables["packages"]
+    routes["distance_km"] = (routes["distance_km"] * 2.5).clip(upper=4_900).round(1)
+    routes["congestion_index"] = (routes["congestion_index"] * 0.5 + 0.5).round(4)
+    packages["weight_kg"] = (packages["weight_kg"] * 4).clip(upper=900).round(2)
+
+
+def _inject_schema(tables: dict[str, pd.DataFrame], rng: np.random.Generator, range_end: pd.Timestamp) -> None:
+    # An upstream rename and a type change: the two schema breaks seen most in practice.
+    tables["routes"] = tables["routes"].rename(columns={"distance_km": "distance_miles"})
+    tables["packages"]["weight_kg"] = tables["packages"]["weight_kg"].astype(str)
+
+
+def _inject_stale(tables: dict[str, pd.DataFrame], rng: np.random.Generator, range_end: pd.Timestamp) -> None:
+    routes = tables["routes"]
+    cutoff = range_end - pd.Timedelta(hours=STALE_HOURS)
+    tables["routes"] = routes[routes["event_timestamp"] < cutoff].reset_index(drop=True)
+
+
+def _inject_duplicates(tables: dict[str, pd.DataFrame], rng: np.random.Generator, range_end: pd.Timestamp) -> None:
+    orders = tables["orders"]
+    dupes = orders.sample(frac=0.05, random_state=int(rng.integers(0, 2**31)))
+    tables["orders"] = pd.concat([orders, dupes], ignore_index=True).sort_values("event_timestamp")
+
+
+INJECTORS: dict[str, Callable[[dict[str, pd.DataFrame], np.random.Generator, pd.Timestamp], None]] = {
+    "nulls": _inject_nulls,
+    "drift": _inject_drift,
+    "schema": _inject_schema,
+    "stale": _inject_stale,
+    "duplicates": _inject_duplicates,
+}
+
+
+def partition_path(offline_dir: Path, table: str, day: date) -> Path:
+    """Where one day of one table lives: `<offline_dir>/<table>/date=YYYY-MM-DD/part-0.parquet`."""
+    return offline_dir / table / f"date={day.isoformat()}" / "part-0.parquet"
+
+
+def generate(
+    offline_dir: Path,
+    start: date,
+    end: date,
+    *,
+    rows_per_day: int = 2_000,
+    seed: int = 7,
+    inject: str | None = None,
+) -> dict[str, int]:
+    """Write every table for each day in [start, end] (inclusive); returns rows written per table."""
+    if end < start:
+        raise ValueError(f"--end {end} is before --start {start}")
+    if rows_per_day < 1:
+        raise ValueError(f"--rows-per-day must be positive, got {rows_per_day}")
+    if inject is not None and inject not in INJECTORS:
+        raise ValueError(f"unknown --inject {inject!r}; choose one of {', '.join(INJECT_MODES)}")
+    pop = make_population(seed, n_users=max(200, rows_per_day // 2))
+    range_end = _midnight(end + timedelta(days=1))
+    totals = dict.fromkeys(TABLES, 0)
+    day = start
+    while day <= end:
+        tables = generate_day(pop, seed, day, rows_per_day)
+        if inject is not None:
+            INJECTORS[inject](tables, _day_rng(seed, day, 99), range_end)
+        for name, frame in tables.items():
+            write_parquet_atomic(frame, partition_path(offline_dir, name, day))
+            totals[name] += len(frame)
+        day += timedelta(days=1)
+    log.info("generated %s days into %s: %s", (end - start).days + 1, offline_dir, totals)
+    return totals

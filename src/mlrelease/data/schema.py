@@ -1,0 +1,101 @@
+"""The four source tables of the parcel-ETA domain: columns, types and allowed values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+USER_TIERS = ("standard", "plus", "premium")
+PACKAGE_CATEGORIES = ("documents", "electronics", "apparel", "home", "furniture", "perishables", "other")
+REGIONS = ("north", "south", "east", "west", "central", "islands")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: pandas dtype kind, whether nulls are allowed, and its valid range or set."""
+
+    name: str
+    dtype: str  # "int64", "float64", "string", "bool", "timestamp"
+    nullable: bool = False
+    min_value: float | None = None
+    max_value: float | None = None
+    allowed: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    """A date-partitioned source table keyed by `key`, with its event-time column."""
+
+    name: str
+    key: str
+    columns: tuple[Column, ...]
+    unique_key: bool = False
+    drift_columns: tuple[str, ...] = field(default=())
+    timestamp: str = "event_timestamp"
+
+    @property
+    def column_names(self) -> list[str]:
+        """Column names in schema order."""
+        return [c.name for c in self.columns]
+
+
+USERS = Table(
+    name="users",
+    key="user_id",
+    columns=(
+        Column("user_id", "int64", min_value=1),
+        Column("event_timestamp", "timestamp"),
+        Column("tier", "string", allowed=USER_TIERS),
+        Column("account_age_days", "int64", min_value=0, max_value=20_000),
+        Column("orders_30d", "int64", min_value=0, max_value=1_000),
+        Column("avg_declared_value_30d", "float64", min_value=0, max_value=100_000),
+    ),
+    drift_columns=("orders_30d", "avg_declared_value_30d"),
+)
+
+PACKAGES = Table(
+    name="packages",
+    key="package_id",
+    unique_key=True,
+    columns=(
+        Column("package_id", "int64", min_value=1),
+        Column("event_timestamp", "timestamp"),
+        Column("weight_kg", "float64", min_value=0.01, max_value=1_000),
+        Column("volume_l", "float64", min_value=0.01, max_value=5_000),
+        Column("declared_value", "float64", min_value=0, max_value=100_000),
+        Column("category", "string", allowed=PACKAGE_CATEGORIES),
+        Column("is_bulky", "bool"),
+    ),
+    drift_columns=("weight_kg", "declared_value"),
+)
+
+ROUTES = Table(
+    name="routes",
+    key="route_id",
+    columns=(
+        Column("route_id", "int64", min_value=1),
+        Column("event_timestamp", "timestamp"),
+        Column("region", "string", allowed=REGIONS),
+        Column("distance_km", "float64", min_value=0.1, max_value=5_000),
+        Column("is_remote", "bool"),
+        Column("congestion_index", "float64", min_value=0, max_value=1),
+        Column("avg_transit_hours_7d", "float64", min_value=0, max_value=500),
+    ),
+    drift_columns=("distance_km", "congestion_index"),
+)
+
+ORDERS = Table(
+    name="orders",
+    key="order_id",
+    unique_key=True,
+    columns=(
+        Column("order_id", "int64", min_value=1),
+        Column("event_timestamp", "timestamp"),
+        Column("user_id", "int64", min_value=1),
+        Column("package_id", "int64", min_value=1),
+        Column("route_id", "int64", min_value=1),
+        Column("eta_hours", "float64", min_value=0.5, max_value=500),
+    ),
+    drift_columns=("eta_hours",),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (USERS, PACKAGES, ROUTES, ORDERS)}

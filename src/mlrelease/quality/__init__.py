@@ -1,0 +1,1 @@
+"""Data-quality gates: Great Expectations suites, drift statistics and the HTML report."""

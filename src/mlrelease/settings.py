@@ -1,0 +1,58 @@
+"""Runtime settings read from the environment: where state lives and which stores to use."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved paths and backends for one process; build it with `Settings.from_env()`."""
+
+    home: Path
+    feature_repo: Path
+    online_store: str
+    redis_url: str
+    xcom_path: Path
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Read MLRELEASE_* variables, falling back to the embedded defaults under the repo."""
+        home = Path(os.environ.get("MLRELEASE_HOME", REPO_ROOT / ".mlrelease")).resolve()
+        online_store = os.environ.get("MLRELEASE_ONLINE_STORE", "sqlite")
+        if online_store not in ("sqlite", "redis"):
+            raise ValueError(f"MLRELEASE_ONLINE_STORE must be 'sqlite' or 'redis', got {online_store!r}")
+        return cls(
+            home=home,
+            feature_repo=Path(os.environ.get("MLRELEASE_FEATURE_REPO", REPO_ROOT / "feature_repo")).resolve(),
+            online_store=online_store,
+            redis_url=os.environ.get("MLRELEASE_REDIS_URL", "127.0.0.1:6379"),
+            xcom_path=Path(os.environ.get("MLRELEASE_XCOM_PATH", "/airflow/xcom/return.json")),
+        )
+
+    @property
+    def offline_dir(self) -> Path:
+        """Directory holding the date-partitioned parquet tables (the offline store's sources)."""
+        return self.home / "data" / "offline"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        """Directory for step artifacts (validation reports, metrics files)."""
+        return self.home / "artifacts"
+
+    @property
+    def feature_store_yaml(self) -> Path:
+        """The Feast config file for the chosen online store."""
+        name = "feature_store.yaml" if self.online_store == "sqlite" else "feature_store.redis.yaml"
+        return self.feature_repo / name
+
+    def feast_env(self) -> dict[str, str]:
+        """Variables the Feast repo's YAML and sources expand (`${MLRELEASE_HOME}` and friends)."""
+        return {
+            "MLRELEASE_HOME": str(self.home),
+            "MLRELEASE_REDIS_URL": self.redis_url,
+        }

@@ -1,0 +1,1 @@
+"""Pipeline steps: each is one `mlrelease step <name>` command that a pod (or a local process) runs."""

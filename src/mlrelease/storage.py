@@ -1,0 +1,46 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of either."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _atomic_replace(path: Path, write: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a text file atomically (temporary file in the same directory, then rename)."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    _atomic_replace(path, write)
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write JSON atomically, pretty-printed with sorted keys so reruns produce identical bytes."""
+    write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
+    """Write a DataFrame to parquet atomically."""
+    _atomic_replace(path, lambda tmp: frame.to_parquet(tmp, index=False))
