@@ -1,0 +1,64 @@
+"""Nightly retrain-and-release of the parcel ETA model: wiring only, every step runs `mlrelease step …`."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, CronDataIntervalTimetable, Param, chain
+from mlrelease_airflow.factory import step_operator
+from mlrelease_airflow.notifiers import WebhookAlertNotifier
+
+DOC = """
+### Nightly release
+
+Every night at 02:00 UTC, for the data interval that just closed (the previous 24 hours):
+
+1. **apply_features** registers the Feast repository (`feature_repo/`).
+2. **materialize** loads exactly the interval (plus an overlap for late rows) into the online store.
+3. **check_freshness** fails if any feature view's newest event is older than its budget
+   (the `freshness_budget_hours` tag on the view) at the interval's end.
+4. **validate_data** runs the Great Expectations suites and drift checks; a failure stops the release.
+
+Each task runs as a KubernetesPodOperator when `MLRELEASE_RUNNER=kubernetes`, otherwise as a local
+process running the same command. Failures alert through the `mlrelease_alerts` connection
+(or `MLRELEASE_ALERT_WEBHOOK`).
+
+#### Parameters (manual trigger form)
+| name | meaning |
+|---|---|
+| `materialize_overlap_hours` | hours before the interval start to re-materialize, for late-arriving rows |
+| `reference_days` | days before the interval used as the drift reference; 0 turns drift checks off |
+| `psi_threshold` | largest Population Stability Index accepted for a key feature |
+"""
+
+with DAG(
+    dag_id="nightly_release",
+    description="Feast materialization, freshness and data-quality gates, then train and release the ETA model",
+    schedule=CronDataIntervalTimetable("0 2 * * *", timezone="UTC"),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=DOC,
+    tags=["mlrelease", "release"],
+    default_args={
+        "owner": "ml-platform",
+        "retries": int(os.environ.get("MLRELEASE_TASK_RETRIES", "2")),
+        "retry_delay": timedelta(minutes=5),
+        "on_failure_callback": WebhookAlertNotifier(),
+    },
+    params={
+        "materialize_overlap_hours": Param(2, type="number", minimum=0, maximum=48,
+                                           description="Re-materialize this many hours before the interval."),
+        "reference_days": Param(7, type="integer", minimum=0, maximum=60,
+                                description="Days of history to compare drift against (0 disables drift)."),
+        "psi_threshold": Param(0.25, type="number", exclusiveMinimum=0, maximum=5,
+                               description="Largest accepted Population Stability Index per key feature."),
+    },
+) as dag:
+    chain(
+        step_operator("apply-features"),
+        step_operator("materialize"),
+        step_operator("check-freshness"),
+        step_operator("validate-data"),
+    )

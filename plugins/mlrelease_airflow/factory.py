@@ -1,0 +1,34 @@
+"""The one place that decides where a step runs: a KubernetesPodOperator or a local process."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from mlrelease_airflow.catalog import STEPS
+from mlrelease_airflow.pod_spec import ClusterSettings, StepPod
+
+RUNNERS = ("local", "kubernetes")
+
+
+def selected_runner() -> str:
+    """The runner named by MLRELEASE_RUNNER (default `local`); an unknown name is an error."""
+    runner = os.environ.get("MLRELEASE_RUNNER", "local")
+    if runner not in RUNNERS:
+        raise ValueError(f"MLRELEASE_RUNNER must be one of {', '.join(RUNNERS)}; got {runner!r}")
+    return runner
+
+
+def step_operator(step: str, *, task_id: str | None = None, runner: str | None = None, **kwargs: Any) -> Any:
+    """An operator that runs catalogue step `step` with the selected runner; extra kwargs go to the operator."""
+    if step not in STEPS:
+        raise KeyError(f"unknown step {step!r}; known steps: {', '.join(sorted(STEPS))}")
+    pod: StepPod = STEPS[step]
+    task_id = task_id or step.replace("-", "_")
+    if (runner or selected_runner()) == "kubernetes":
+        from mlrelease_airflow.kubernetes import kubernetes_step_operator
+
+        return kubernetes_step_operator(task_id, pod, ClusterSettings.from_env(), **kwargs)
+    from mlrelease_airflow.local_runner import LocalStepOperator
+
+    return LocalStepOperator(task_id=task_id, pod=pod, **kwargs)

@@ -1,0 +1,69 @@
+"""Build the KubernetesPodOperator for a step pod: image, RBAC identity, restricted security, GPU placement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlrelease_airflow.pod_spec import STATE_MOUNT, XCOM_PATH, ClusterSettings, StepPod
+
+
+def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSettings, **kwargs: Any) -> Any:
+    """A KubernetesPodOperator running `mlrelease step …` under the restricted Pod Security profile."""
+    # Imported here, not at module level: the provider costs ~3 s and only cluster runs need it.
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from kubernetes.client import models as k8s
+
+    limits = {"cpu": pod.resources.cpu_limit, "memory": pod.resources.memory_limit}
+    requests = {"cpu": pod.resources.cpu, "memory": pod.resources.memory}
+    node_selector, tolerations = None, None
+    if pod.needs_gpu:
+        limits["nvidia.com/gpu"] = str(pod.resources.gpus)
+        requests["nvidia.com/gpu"] = str(pod.resources.gpus)
+        node_selector = dict(cluster.gpu_node_selector)
+        tolerations = [k8s.V1Toleration(key=cluster.gpu_toleration_key, operator="Exists", effect="NoSchedule")]
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return KubernetesPodOperator(
+        task_id=task_id,
+        name=f"mlrelease-{pod.step}",
+        namespace=cluster.namespace,
+        image=cluster.image,
+        cmds=pod.cmds,
+        arguments=list(pod.args),
+        env_vars={**dict(pod.env), "MLRELEASE_HOME": STATE_MOUNT, "MLRELEASE_XCOM_PATH": XCOM_PATH},
+        env_from=[k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cluster.env_secret))],
+        service_account_name=cluster.service_account,
+        automount_service_account_token=False,
+        container_resources=k8s.V1ResourceRequirements(requests=requests, limits=limits),
+        node_selector=node_selector,
+        tolerations=tolerations,
+        security_context={
+            "runAsNonRoot": True,
+            "runAsUser": cluster.run_as_user,
+            "runAsGroup": cluster.run_as_user,
+            "fsGroup": cluster.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        container_security_context=restricted,
+        xcom_sidecar_container_security_context=restricted,
+        volumes=[
+            k8s.V1Volume(name="state", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+                claim_name=cluster.state_claim)),
+            k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit="1Gi")),
+        ],
+        volume_mounts=[
+            k8s.V1VolumeMount(name="state", mount_path=STATE_MOUNT),
+            k8s.V1VolumeMount(name="tmp", mount_path="/tmp"),
+        ],
+        labels={"app.kubernetes.io/name": "mlrelease", "app.kubernetes.io/component": pod.step},
+        do_xcom_push=True,
+        get_logs=True,
+        on_finish_action="delete_succeeded_pod",
+        startup_timeout_seconds=600 if pod.needs_gpu else 120,
+        **kwargs,
+    )

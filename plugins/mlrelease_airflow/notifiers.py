@@ -1,0 +1,80 @@
+"""Alerts from task-failure callbacks: a JSON (or Slack-compatible) POST to a webhook."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from airflow.sdk import BaseNotifier
+
+DEFAULT_CONN_ID = "mlrelease_alerts"
+
+
+def webhook_url(conn_id: str) -> str | None:
+    """The webhook from Airflow connection `conn_id` (extra `url`, or host/port/path), else MLRELEASE_ALERT_WEBHOOK."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return os.environ.get("MLRELEASE_ALERT_WEBHOOK") or None
+    if conn.extra_dejson.get("url"):
+        return str(conn.extra_dejson["url"])
+    scheme = "https" if conn.conn_type == "https" else "http"
+    port = f":{conn.port}" if conn.port else ""
+    path = f"/{conn.schema}" if conn.schema else ""
+    return f"{scheme}://{conn.host}{port}{path}"
+
+
+def alert_payload(context: dict[str, Any], fmt: str) -> dict[str, Any]:
+    """The alert body: plain JSON fields, or Slack's `{"text": …, "blocks": …}` shape when fmt is `slack`."""
+    ti = context.get("ti") or context.get("task_instance")
+    dag_run = context.get("dag_run")
+    exception = context.get("exception")
+    fields = {
+        "dag_id": getattr(ti, "dag_id", None),
+        "task_id": getattr(ti, "task_id", None),
+        "run_id": getattr(dag_run, "run_id", None) or getattr(ti, "run_id", None),
+        "try_number": getattr(ti, "try_number", None),
+        "data_interval_end": str(context.get("data_interval_end")),
+        "error": str(exception) if exception is not None else None,
+        "log_url": getattr(ti, "log_url", None),
+    }
+    if fmt != "slack":
+        return {"event": "task_failed", **fields}
+    text = (f":rotating_light: *{fields['dag_id']}.{fields['task_id']}* failed "
+            f"(run `{fields['run_id']}`, try {fields['try_number']}): {fields['error']}")
+    if fields["log_url"]:
+        text += f" <{fields['log_url']}|logs>"
+    return {"text": text, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]}
+
+
+class WebhookAlertNotifier(BaseNotifier):
+    """POST a failure alert to a webhook taken from an Airflow connection or MLRELEASE_ALERT_WEBHOOK.
+
+    :param conn_id: Airflow connection holding the webhook URL.
+    :param payload_format: ``json`` (default) or ``slack`` (incoming-webhook compatible). Falls back to
+        MLRELEASE_ALERT_FORMAT when not given.
+    :param timeout: seconds to wait for the receiver.
+    """
+
+    template_fields = ("conn_id",)
+
+    def __init__(self, conn_id: str = DEFAULT_CONN_ID, payload_format: str | None = None, timeout: float = 10.0):
+        super().__init__()
+        self.conn_id = conn_id
+        self.payload_format = payload_format
+        self.timeout = timeout
+
+    def notify(self, context: Any) -> None:
+        """Send the alert; no webhook configured means log and return (alerts must never mask the failure)."""
+        import requests
+
+        url = webhook_url(self.conn_id)
+        if not url:
+            self.log.warning("no alert webhook configured (connection %s or MLRELEASE_ALERT_WEBHOOK)", self.conn_id)
+            return
+        fmt = self.payload_format or os.environ.get("MLRELEASE_ALERT_FORMAT", "json")
+        response = requests.post(url, json=alert_payload(context, fmt), timeout=self.timeout)
+        response.raise_for_status()
