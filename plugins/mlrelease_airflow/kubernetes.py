@@ -35,7 +35,8 @@ def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSetting
         image=cluster.image,
         cmds=pod.cmds,
         arguments=list(pod.args),
-        env_vars={**dict(pod.env), "MLRELEASE_HOME": STATE_MOUNT, "MLRELEASE_XCOM_PATH": XCOM_PATH},
+        # HOME on the writable /tmp volume: Feast and GX write small caches there under a read-only root.
+        env_vars={**dict(pod.env), "MLRELEASE_HOME": STATE_MOUNT, "MLRELEASE_XCOM_PATH": XCOM_PATH, "HOME": "/tmp"},
         env_from=[k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cluster.env_secret))],
         service_account_name=cluster.service_account,
         automount_service_account_token=False,

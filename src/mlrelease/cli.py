@@ -67,6 +67,13 @@ def _cmd_render_pods(args: argparse.Namespace, settings: Settings) -> dict[str, 
     return render_pods(args.out, kubernetes_version=args.kubernetes_version)
 
 
+def _cmd_summary(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.summary import format_summary
+
+    print(format_summary(settings, parse_timestamp(args.end, name="--end")))
+    return {}
+
+
 def _window_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--start", required=True, help="window start, ISO-8601 (the data interval start)")
     parser.add_argument("--end", required=True, help="window end, ISO-8601 (the data interval end)")
@@ -104,8 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     render = sub.add_parser("render-pods", help="write and validate every step's Kubernetes pod manifest")
     render.add_argument("--out", required=True)
-    render.add_argument("--kubernetes-version", default="1.34.0")
+    render.add_argument("--kubernetes-version", default="1.37.0")
     render.set_defaults(handler=_cmd_render_pods, result_to_xcom=False)
+    summary = sub.add_parser("summary", help="print what a run did and where its artifacts are")
+    summary.add_argument("--end", required=True, help="the run's data interval end, ISO-8601")
+    summary.set_defaults(handler=_cmd_summary, result_to_xcom=False, quiet=True)
     return parser
 
 
@@ -124,7 +134,8 @@ def run(handler: Callable[[argparse.Namespace, Settings], dict[str, Any]], args:
         from mlrelease.xcom import write_result
 
         write_result(settings.xcom_path, result)
-    print(json.dumps(result, indent=2, default=str))
+    if not getattr(args, "quiet", False):
+        print(json.dumps(result, indent=2, default=str))
     return 0
 
 

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 INJECT_MODES = ("nulls", "drift", "schema", "stale", "duplicates")
 N_ROUTES = 200
-STALE_HOURS = 18  # how far behind the end of the range the `stale` injection stops route updates
+STALE_HOURS = 36  # how far behind the end of the range the `stale` injection stops route updates
 
 
 @dataclass(frozen=True)

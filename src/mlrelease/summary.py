@@ -1,0 +1,57 @@
+"""`mlrelease summary`: a readable account of one run from the step outcomes the runner recorded."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from mlrelease.settings import Settings
+from mlrelease.timewindow import run_key
+
+# The order the nightly DAG runs its steps in (task ids).
+TASK_ORDER = ("apply_features", "materialize", "check_freshness", "validate_data")
+
+
+def _detail(task: str, result: dict[str, Any]) -> str:
+    if task == "materialize":
+        views = ", ".join(f"{v} {d['rows_written']}" for v, d in result.get("views", {}).items())
+        return f"{result.get('rows_written')} rows written ({views}) in {result.get('duration_s')} s"
+    if task == "check_freshness":
+        return ", ".join(f"{v} lag {d['lag_s'] / 3600:.1f}h/{d['budget_s'] / 3600:g}h"
+                         for v, d in result.get("views", {}).items())
+    if task == "validate_data":
+        return ", ".join(f"{t} {d['rows']} rows" for t, d in result.get("tables", {}).items())
+    if task == "apply_features":
+        return f"{len(result.get('feature_views', []))} feature views, online store {result.get('online_store')}"
+    return ""
+
+
+def load_outcomes(settings: Settings, end: datetime) -> dict[str, dict[str, Any]]:
+    """Recorded step outcomes for the run whose data interval ends at `end`, by task id."""
+    steps_dir = settings.artifacts_dir / run_key(end) / "steps"
+    if not steps_dir.is_dir():
+        return {}
+    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(steps_dir.glob("*.json"))}
+
+
+def format_summary(settings: Settings, end: datetime) -> str:
+    """A plain-text table of every step (success, failed or not run) and where the artifacts are."""
+    outcomes = load_outcomes(settings, end)
+    run_dir = settings.artifacts_dir / run_key(end)
+    lines = [f"nightly_release — data interval ending {end.isoformat()}", ""]
+    for task in [*TASK_ORDER, *sorted(set(outcomes) - set(TASK_ORDER))]:
+        outcome = outcomes.get(task)
+        if outcome is None:
+            lines.append(f"  {task:<16} not run")
+        elif outcome["status"] == "success":
+            lines.append(f"  {task:<16} ok      {_detail(task, outcome['result'])}")
+        else:
+            lines.append(f"  {task:<16} FAILED  {outcome['error']}")
+    failed = any(o["status"] != "success" for o in outcomes.values())
+    lines += ["", f"result: {'FAILED' if failed or not outcomes else 'ok'}", f"artifacts: {run_dir}"]
+    for name in ("data_quality/report.html", "freshness.prom"):
+        if (run_dir / name).exists():
+            lines.append(f"  {Path(run_dir / name)}")
+    return "\n".join(lines)

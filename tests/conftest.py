@@ -1,0 +1,122 @@
+"""Shared fixtures: isolated MLRELEASE_HOME, generated data, a real redis-server, a real HTTP receiver."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "plugins"))  # as Airflow does for plugins_folder
+
+# The demo window used throughout: the nightly run whose data interval is [11-28 02:00, 11-29 02:00).
+WINDOW_START = "2026-11-28T02:00:00+00:00"
+WINDOW_END = "2026-11-29T02:00:00+00:00"
+HISTORY = (date(2026, 11, 20), date(2026, 11, 29))
+ROWS_PER_DAY = 600
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def clean_offline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Clean synthetic history (generated once per session); copy it before changing it."""
+    from mlrelease.data.generate import generate
+
+    out = tmp_path_factory.mktemp("clean") / "offline"
+    generate(out, *HISTORY, rows_per_day=ROWS_PER_DAY, seed=11)
+    return out
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty MLRELEASE_HOME for one test, with the XCom path inside it."""
+    monkeypatch.setenv("MLRELEASE_HOME", str(tmp_path))
+    monkeypatch.setenv("MLRELEASE_XCOM_PATH", str(tmp_path / "xcom" / "return.json"))
+    monkeypatch.delenv("MLRELEASE_ONLINE_STORE", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def home_with_data(home: Path, clean_offline: Path) -> Path:
+    """MLRELEASE_HOME holding a copy of the clean history."""
+    shutil.copytree(clean_offline, home / "data" / "offline")
+    return home
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server on a free loopback port, stopped at the end of the session."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed (apt-get install redis-server); the Redis tests need it")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("redis-server did not start within 10 s")
+    yield f"127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+class Receiver:
+    """A real HTTP server on loopback that records every JSON body POSTed to it."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        received = self.bodies
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length", 0))
+                received.append({"path": self.path, "body": json.loads(self.rfile.read(length))})
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/alerts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        """Stop serving."""
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver for alert tests."""
+    rec = Receiver()
+    yield rec
+    rec.close()
