@@ -244,6 +244,9 @@ def generate(
         if inject is not None:
             INJECTORS[inject](tables, _day_rng(seed, day, 99), range_end)
         for name, frame in tables.items():
+            # Pandas' string dtype keeps the arrow type `string` even for an empty or all-null column.
+            text_columns = frame.select_dtypes(include="object").columns
+            frame = frame.astype(dict.fromkeys(text_columns, "string"))
             write_parquet_atomic(frame, partition_path(offline_dir, name, day))
             totals[name] += len(frame)
         day += timedelta(days=1)

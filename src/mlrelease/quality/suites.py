@@ -12,7 +12,7 @@ from mlrelease.data.schema import Table
 _DTYPES = {
     "int64": ["int64", "Int64"],
     "float64": ["float64", "Float64"],
-    "string": ["object", "str", "string"],
+    "string": ["object", "str", "string", "StringDtype"],
     "bool": ["bool", "boolean"],
 }
 

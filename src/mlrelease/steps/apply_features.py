@@ -18,14 +18,19 @@ def apply_features(settings: Settings) -> dict[str, Any]:
     """Parse the feature repo and apply it; a repo that does not parse or apply fails naming why."""
     began = time.perf_counter()
     store = open_store(settings)
-    from feast.repo_operations import parse_repo
+    from feast.repo_operations import get_repo_files, parse_repo, py_path_to_module
 
     captured = io.StringIO()
     try:
         # Feast prints to stdout and may sys.exit on a broken repo: keep both inside this step.
         # parse_repo imports the repo's files as modules relative to the working directory, as `feast apply` does.
         os.chdir(settings.feature_repo)
+        if str(settings.feature_repo) in sys.path:
+            sys.path.remove(str(settings.feature_repo))
         sys.path.insert(0, str(settings.feature_repo))
+        # Forget earlier imports of the repo's modules: their sources depend on MLRELEASE_HOME at import time.
+        for repo_file in get_repo_files(settings.feature_repo):
+            sys.modules.pop(py_path_to_module(repo_file), None)
         with contextlib.redirect_stdout(captured):
             repo = parse_repo(settings.feature_repo)
             objects = [*repo.data_sources, *repo.entities, *repo.feature_views, *repo.feature_services]

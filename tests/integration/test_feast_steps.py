@@ -1,0 +1,169 @@
+"""Feast apply + materialize + freshness against the real SQLite and Redis online stores."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import timedelta
+
+import pandas as pd
+import pytest
+
+from mlrelease.data.generate import generate
+from mlrelease.errors import StepError
+from mlrelease.settings import Settings
+from mlrelease.steps.apply_features import apply_features
+from mlrelease.steps.check_freshness import check_freshness
+from mlrelease.steps.materialize import materialize
+from mlrelease.timewindow import Window, parse_timestamp
+from tests.conftest import HISTORY, ROWS_PER_DAY, WINDOW_END, WINDOW_START
+
+pytestmark = pytest.mark.integration
+WINDOW = Window.parse(WINDOW_START, WINDOW_END)
+OVERLAP = timedelta(hours=2)
+
+
+@pytest.fixture(autouse=True)
+def _keep_cwd(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # apply changes directory like `feast apply`; restore it afterwards
+
+
+def _online_rows(store, entity_rows):
+    return store.get_online_features(
+        features=store.get_feature_service("parcel_eta_v1"), entity_rows=entity_rows
+    ).to_df()
+
+
+def _apply_and_materialize():
+    settings = Settings.from_env()
+    apply_features(settings)
+    return settings, materialize(settings, WINDOW, OVERLAP)
+
+
+def test_materialize_loads_the_window_and_is_idempotent(home_with_data):
+    from mlrelease.feast_store import open_store
+
+    settings, first = _apply_and_materialize()
+    assert set(first["views"]) == {"user_features", "package_features", "route_features"}
+    assert first["views"]["route_features"]["rows_written"] == 200
+    assert first["loaded_from"] == "2026-11-28T00:00:00+00:00"
+
+    orders = pd.read_parquet(home_with_data / "data/offline/orders/date=2026-11-28")
+    last = orders.iloc[-1]
+    entity = {"user_id": int(last.user_id), "package_id": int(last.package_id), "route_id": int(last.route_id)}
+    store = open_store(settings)
+    before = _online_rows(store, [entity])
+    assert before.notna().all(axis=None), before.T
+    assert float(before["distance_km"][0]) > 0
+
+    # An order placed after the window's end was not materialized.
+    late = pd.read_parquet(home_with_data / "data/offline/packages/date=2026-11-29")
+    late_pkg = int(late[late.event_timestamp > pd.Timestamp(WINDOW_END)].iloc[0].package_id)
+    assert _online_rows(store, [{**entity, "package_id": late_pkg}])["weight_kg"].isna().all()
+
+    second = materialize(settings, WINDOW, OVERLAP)
+    assert second["views"].keys() == first["views"].keys()
+    for view in first["views"]:
+        assert second["views"][view]["rows_written"] == first["views"][view]["rows_written"]
+    pd.testing.assert_frame_equal(_online_rows(open_store(settings), [entity]), before)
+
+    fresh = check_freshness(settings, parse_timestamp(WINDOW_END))
+    assert fresh["views"]["route_features"]["lag_s"] <= 9 * 3600
+    metrics = (home_with_data / "artifacts/20261129T020000Z/freshness.prom").read_text()
+    assert 'mlrelease_feature_fresh{feature_view="route_features"} 1.0' in metrics
+    assert "mlrelease_feature_freshness_lag_seconds" in metrics
+
+
+def test_stale_view_fails_freshness_naming_view_and_lag(home):
+    generate(home / "data/offline", *HISTORY, rows_per_day=ROWS_PER_DAY, seed=11, inject="stale")
+    settings, _ = _apply_and_materialize()
+    with pytest.raises(StepError, match=r"stale features .*route_features lag \d+\.\dh > budget 9h") as err:
+        check_freshness(settings, parse_timestamp(WINDOW_END))
+    assert "user_features" not in str(err.value)
+    metrics = (home / "artifacts/20261129T020000Z/freshness.prom").read_text()
+    assert 'mlrelease_feature_fresh{feature_view="route_features"} 0.0' in metrics
+
+
+def test_freshness_before_any_materialization_fails(home_with_data):
+    apply_features(Settings.from_env())
+    with pytest.raises(StepError, match="never materialized"):
+        check_freshness(Settings.from_env(), parse_timestamp(WINDOW_END))
+
+
+def test_schema_break_fails_materialize_naming_the_column(home):
+    generate(home / "data/offline", *HISTORY, rows_per_day=ROWS_PER_DAY, seed=11, inject="schema")
+    settings = Settings.from_env()
+    apply_features(settings)
+    with pytest.raises(StepError, match=r"missing column distance_km|weight_kg has type string"):
+        materialize(settings, WINDOW, OVERLAP)
+
+
+def test_missing_partition_is_named(home_with_data):
+    shutil.rmtree(home_with_data / "data/offline/routes/date=2026-11-28")
+    settings = Settings.from_env()
+    apply_features(settings)
+    with pytest.raises(StepError, match=r"source routes: partition date=2026-11-28 is missing"):
+        materialize(settings, WINDOW, OVERLAP)
+
+
+def test_unreadable_partition_is_named(home_with_data):
+    (home_with_data / "data/offline/users/date=2026-11-28/part-0.parquet").write_bytes(b"not parquet")
+    settings = Settings.from_env()
+    apply_features(settings)
+    with pytest.raises(StepError, match=r"users/date=2026-11-28/part-0.parquet is unreadable"):
+        materialize(settings, WINDOW, OVERLAP)
+
+
+def test_empty_window_fails(home_with_data):
+    settings = Settings.from_env()
+    apply_features(settings)
+    for table in ("users", "packages", "routes"):
+        for day in ("2026-11-28", "2026-11-29"):
+            path = home_with_data / f"data/offline/{table}/date={day}/part-0.parquet"
+            pd.read_parquet(path).iloc[0:0].to_parquet(path, index=False)
+    with pytest.raises(StepError, match="empty window"):
+        materialize(settings, WINDOW, OVERLAP)
+
+
+def test_broken_feature_repo_fails_to_apply_with_a_clear_error(home_with_data, tmp_path, monkeypatch):
+    from mlrelease.settings import REPO_ROOT
+
+    repo = tmp_path / "broken_repo"
+    shutil.copytree(REPO_ROOT / "feature_repo", repo)
+    (repo / "features.py").write_text(
+        (repo / "features.py").read_text().replace('join_keys=["route_id"]', 'join_keys=["route_id"], bogus=1')
+    )
+    monkeypatch.setenv("MLRELEASE_FEATURE_REPO", str(repo))
+    with pytest.raises(StepError, match=r"broken_repo failed to apply: TypeError: .*bogus"):
+        apply_features(Settings.from_env())
+
+
+def test_redis_online_store(home_with_data, redis_url, monkeypatch):
+    import redis
+
+    from mlrelease.feast_store import open_store
+
+    redis.Redis.from_url(f"redis://{redis_url}").flushall()
+    monkeypatch.setenv("MLRELEASE_ONLINE_STORE", "redis")
+    monkeypatch.setenv("MLRELEASE_REDIS_URL", redis_url)
+    settings, result = _apply_and_materialize()
+    assert result["online_store"] == "redis"
+    assert redis.Redis.from_url(f"redis://{redis_url}").dbsize() > 0
+    orders = pd.read_parquet(home_with_data / "data/offline/orders/date=2026-11-28")
+    row = orders.iloc[-1]
+    online = _online_rows(open_store(settings), [{"user_id": int(row.user_id), "package_id": int(row.package_id),
+                                                 "route_id": int(row.route_id)}])
+    routes = pd.read_parquet(home_with_data / "data/offline/routes/date=2026-11-28")
+    expected = routes[routes.route_id == row.route_id]["distance_km"].iloc[0]
+    assert float(online["distance_km"][0]) == pytest.approx(expected)
+    check_freshness(settings, parse_timestamp(WINDOW_END))
+
+
+def test_unreachable_redis_fails_clearly(home_with_data, monkeypatch):
+    from tests.conftest import free_port
+
+    monkeypatch.setenv("MLRELEASE_ONLINE_STORE", "redis")
+    monkeypatch.setenv("MLRELEASE_REDIS_URL", f"127.0.0.1:{free_port()}")
+    settings = Settings.from_env()
+    with pytest.raises(StepError, match=r"failed to apply: ConnectionError|materializing .* failed: ConnectionError"):
+        apply_features(settings)
+        materialize(settings, WINDOW, OVERLAP)
