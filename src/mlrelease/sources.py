@@ -56,6 +56,17 @@ def read_window(
     return frame[(ts >= window.start) & (ts < window.end)].reset_index(drop=True)
 
 
+def covered_hours(table_dir: Path, window: Window) -> float:
+    """Hours of the window that fall on days whose partition exists (how much history is really there)."""
+    total = 0.0
+    for day in window.days():
+        if partition_file(table_dir, day).is_file():
+            day_start = pd.Timestamp(day, tz="UTC").to_pydatetime()
+            overlap = min(window.end, day_start + timedelta(days=1)) - max(window.start, day_start)
+            total += overlap.total_seconds() / 3600
+    return total
+
+
 def reference_window(window: Window, days: int) -> Window:
     """The `days` whole days right before the window starts: the baseline for drift checks."""
     return Window(window.start - timedelta(days=days), window.start)

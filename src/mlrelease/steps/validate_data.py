@@ -13,11 +13,12 @@ from mlrelease.errors import StepError
 from mlrelease.quality.drift import DEFAULT_PSI_THRESHOLD, psi
 from mlrelease.quality.report import render_report
 from mlrelease.settings import Settings
-from mlrelease.sources import read_window, reference_window
+from mlrelease.sources import covered_hours, read_window, reference_window
 from mlrelease.storage import write_json_atomic, write_text_atomic
 from mlrelease.timewindow import Window, run_key
 
 ROW_COUNT_TOLERANCE = (0.5, 2.0)  # the window may hold half to twice the reference's hourly volume
+MIN_REFERENCE_COVERAGE = 0.5  # a reference with less than half its days present is too thin to compare against
 
 
 def row_bounds(reference_rows: int, reference_hours: float, window_hours: float) -> tuple[int, int]:
@@ -99,13 +100,16 @@ def validate_data(
     for table in TABLES.values():
         table_dir = settings.offline_dir / table.name
         current = read_window(table_dir, window)
-        reference = read_window(table_dir, ref_window, allow_missing=True) if ref_window else pd.DataFrame()
-        if ref_window is not None and reference.empty:
-            raise StepError(
-                f"no reference data for {table.name} in [{ref_window.start}, {ref_window.end}) to check drift "
-                "against; load history first or pass --reference-days 0 to validate without drift checks"
-            )
-        ref_hours = reference_days * 24.0
+        reference, ref_hours = pd.DataFrame(), 0.0
+        if ref_window is not None:
+            ref_hours = covered_hours(table_dir, ref_window)
+            if ref_hours < MIN_REFERENCE_COVERAGE * reference_days * 24:
+                raise StepError(
+                    f"no reference data for {table.name}: only {ref_hours:.0f}h of the {reference_days * 24}h in "
+                    f"[{ref_window.start}, {ref_window.end}) have partitions to check drift against; load history "
+                    "first or pass --reference-days 0 to validate without drift checks"
+                )
+            reference = read_window(table_dir, ref_window, allow_missing=True)
         bounds = row_bounds(len(reference), ref_hours, (window.end - window.start).total_seconds() / 3600)
         suite = run_suite(context, table, current, bounds)
         drift = drift_report(table, current, reference, psi_threshold) if ref_window else {}
