@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +20,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins"))  # as Airflow does for plugins_folder
+# Airflow reads its config at import: point it at the repo's airflow.cfg and a throwaway home.
+os.environ.setdefault("MLRELEASE_REPO", str(REPO))
+os.environ.setdefault("AIRFLOW_CONFIG", str(REPO / "airflow.cfg"))
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="mlrelease-airflow-"))
 
 # The demo window used throughout: the nightly run whose data interval is [11-28 02:00, 11-29 02:00).
 WINDOW_START = "2026-11-28T02:00:00+00:00"

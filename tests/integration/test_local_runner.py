@@ -1,0 +1,34 @@
+"""The local runner executes the pod's command as a real process and honours the XCom contract."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+
+import pytest
+from airflow.sdk.exceptions import AirflowException
+
+from mlrelease_airflow.catalog import STEPS
+from mlrelease_airflow.local_runner import LocalStepOperator
+
+pytestmark = pytest.mark.integration
+END = datetime(2026, 11, 29, 2, tzinfo=UTC)
+
+
+def test_success_returns_the_steps_json_and_records_it(home_with_data):
+    op = LocalStepOperator(task_id="apply_features", pod=STEPS["apply-features"])
+    result = op.execute({"data_interval_end": END})
+    assert result["feature_views"] == ["package_features", "route_features", "user_features"]
+    recorded = json.loads((home_with_data / "artifacts/20261129T020000Z/steps/apply_features.json").read_text())
+    assert recorded == {"task_id": "apply_features", "step": "apply-features", "status": "success", "result": result}
+
+
+def test_failure_raises_the_steps_one_line_error(home_with_data):
+    pod = dataclasses.replace(STEPS["check-freshness"], args=("--end", "not-a-time"))
+    op = LocalStepOperator(task_id="check_freshness", pod=pod)
+    op.arguments = list(pod.args)
+    with pytest.raises(AirflowException, match=r"^mlrelease step check-freshness: error: bad --end 'not-a-time'"):
+        op.execute({"data_interval_end": END})
+    recorded = json.loads((home_with_data / "artifacts/20261129T020000Z/steps/check_freshness.json").read_text())
+    assert recorded["status"] == "failed" and "bad --end" in recorded["error"]
