@@ -53,7 +53,7 @@ run: setup
 		echo; mlrelease summary --end $(RUN_END); \
 		grep -q "state=success" $(MLRELEASE_HOME)/logs/make-run.log && [ $$rc -eq 0 ]
 
-test: setup
+test: setup lint
 	python3 -c "import shutil,sys; sys.exit(0 if shutil.which('redis-server') else 'redis-server is required for the tests: apt-get install redis-server')"
 	pytest tests
 

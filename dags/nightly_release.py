@@ -6,6 +6,7 @@ import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, chain
+
 from mlrelease_airflow.factory import step_operator
 from mlrelease_airflow.notifiers import WebhookAlertNotifier
 
@@ -48,12 +49,23 @@ with DAG(
         "on_failure_callback": WebhookAlertNotifier(),
     },
     params={
-        "materialize_overlap_hours": Param(2, type="number", minimum=0, maximum=48,
-                                           description="Re-materialize this many hours before the interval."),
-        "reference_days": Param(7, type="integer", minimum=0, maximum=60,
-                                description="Days of history to compare drift against (0 disables drift)."),
-        "psi_threshold": Param(0.25, type="number", exclusiveMinimum=0, maximum=5,
-                               description="Largest accepted Population Stability Index per key feature."),
+        "materialize_overlap_hours": Param(
+            2, type="number", minimum=0, maximum=48, description="Re-materialize this many hours before the interval."
+        ),
+        "reference_days": Param(
+            7,
+            type="integer",
+            minimum=0,
+            maximum=60,
+            description="Days of history to compare drift against (0 disables drift).",
+        ),
+        "psi_threshold": Param(
+            0.25,
+            type="number",
+            exclusiveMinimum=0,
+            maximum=5,
+            description="Largest accepted Population Stability Index per key feature.",
+        ),
     },
 ) as dag:
     chain(

@@ -26,8 +26,10 @@ STEPS: dict[str, StepPod] = {
         "validate-data",
         args=(
             *WINDOW_ARGS,
-            "--reference-days", "{{ params.reference_days }}",
-            "--psi-threshold", "{{ params.psi_threshold }}",
+            "--reference-days",
+            "{{ params.reference_days }}",
+            "--psi-threshold",
+            "{{ params.psi_threshold }}",
         ),
         resources=Resources(cpu="1", memory="2Gi", cpu_limit="2", memory_limit="4Gi"),
     ),

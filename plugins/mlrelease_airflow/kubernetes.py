@@ -53,8 +53,10 @@ def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSetting
         container_security_context=restricted,
         xcom_sidecar_container_security_context=restricted,
         volumes=[
-            k8s.V1Volume(name="state", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
-                claim_name=cluster.state_claim)),
+            k8s.V1Volume(
+                name="state",
+                persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(claim_name=cluster.state_claim),
+            ),
             k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit="1Gi")),
         ],
         volume_mounts=[

@@ -43,8 +43,10 @@ def alert_payload(context: dict[str, Any], fmt: str) -> dict[str, Any]:
     }
     if fmt != "slack":
         return {"event": "task_failed", **fields}
-    text = (f":rotating_light: *{fields['dag_id']}.{fields['task_id']}* failed "
-            f"(run `{fields['run_id']}`, try {fields['try_number']}): {fields['error']}")
+    text = (
+        f":rotating_light: *{fields['dag_id']}.{fields['task_id']}* failed "
+        f"(run `{fields['run_id']}`, try {fields['try_number']}): {fields['error']}"
+    )
     if fields["log_url"]:
         text += f" <{fields['log_url']}|logs>"
     return {"text": text, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]}

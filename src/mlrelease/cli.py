@@ -57,7 +57,10 @@ def _step_validate_data(args: argparse.Namespace, settings: Settings) -> dict[st
     if args.reference_days < 0:
         raise ValueError(f"--reference-days must not be negative, got {args.reference_days}")
     return validate_data(
-        settings, Window.parse(args.start, args.end), reference_days=args.reference_days, psi_threshold=args.psi_threshold
+        settings,
+        Window.parse(args.start, args.end),
+        reference_days=args.reference_days,
+        psi_threshold=args.psi_threshold,
     )
 
 
@@ -142,7 +145,9 @@ def run(handler: Callable[[argparse.Namespace, Settings], dict[str, Any]], args:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `mlrelease` console script."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     return run(args.handler, args)
 
 

@@ -42,7 +42,9 @@ def render_manifest(step: str, context: dict[str, Any] | None = None) -> dict[st
     pod = STEPS[step]
     rendered = dataclasses.replace(pod, args=tuple(env.from_string(a).render(**values) for a in pod.args))
     operator = kubernetes_step_operator(step.replace("-", "_"), rendered, ClusterSettings.from_env())
-    manifest: dict[str, Any] = ApiClient().sanitize_for_serialization(operator.build_pod_request_obj(dry_run=True))  # dry_run: no cluster is contacted
+    manifest: dict[str, Any] = ApiClient().sanitize_for_serialization(
+        operator.build_pod_request_obj(dry_run=True)
+    )  # dry_run: no cluster is contacted
     return manifest
 
 

@@ -19,8 +19,9 @@ def _detail(task: str, result: dict[str, Any]) -> str:
         views = ", ".join(f"{v} {d['rows_written']}" for v, d in result.get("views", {}).items())
         return f"{result.get('rows_written')} rows written ({views}) in {result.get('duration_s')} s"
     if task == "check_freshness":
-        return ", ".join(f"{v} lag {d['lag_s'] / 3600:.1f}h/{d['budget_s'] / 3600:g}h"
-                         for v, d in result.get("views", {}).items())
+        return ", ".join(
+            f"{v} lag {d['lag_s'] / 3600:.1f}h/{d['budget_s'] / 3600:g}h" for v, d in result.get("views", {}).items()
+        )
     if task == "validate_data":
         return ", ".join(f"{t} {d['rows']} rows" for t, d in result.get("tables", {}).items())
     if task == "apply_features":

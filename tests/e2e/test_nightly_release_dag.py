@@ -24,8 +24,12 @@ RUN_DIR = "artifacts/20261129T020000Z"
 def migrated_airflow_db(tmp_path_factory) -> Path:
     """An Airflow metadata DB migrated once per session; each test runs on its own copy."""
     home = tmp_path_factory.mktemp("airflow-template")
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW_CONFIG": str(REPO / "airflow.cfg"),
-           "MLRELEASE_REPO": str(REPO)}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW_CONFIG": str(REPO / "airflow.cfg"),
+        "MLRELEASE_REPO": str(REPO),
+    }
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True)
     return home / "airflow.db"
 
@@ -35,12 +39,19 @@ def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedPro
     airflow_home = home / "airflow"
     airflow_home.mkdir()
     shutil.copy(db, airflow_home / "airflow.db")
-    env = {**os.environ, "AIRFLOW_HOME": str(airflow_home), "AIRFLOW_CONFIG": str(REPO / "airflow.cfg"),
-           "MLRELEASE_REPO": str(REPO), "MLRELEASE_HOME": str(home), "MLRELEASE_TASK_RETRIES": "0",
-           "MLRELEASE_ALERT_WEBHOOK": webhook}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW_CONFIG": str(REPO / "airflow.cfg"),
+        "MLRELEASE_REPO": str(REPO),
+        "MLRELEASE_HOME": str(home),
+        "MLRELEASE_TASK_RETRIES": "0",
+        "MLRELEASE_ALERT_WEBHOOK": webhook,
+    }
     env.pop("MLRELEASE_XCOM_PATH", None)
-    proc = subprocess.run([AIRFLOW, "dags", "test", "nightly_release", WINDOW_END], env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [AIRFLOW, "dags", "test", "nightly_release", WINDOW_END], env=env, capture_output=True, text=True, timeout=600
+    )
     steps_dir = home / RUN_DIR / "steps"
     outcomes = {p.stem: json.loads(p.read_text()) for p in steps_dir.glob("*.json")} if steps_dir.is_dir() else {}
     return proc, outcomes
@@ -50,14 +61,20 @@ def test_clean_data_runs_green_end_to_end(home_with_data, migrated_airflow_db, r
     proc, outcomes = run_dag(home_with_data, migrated_airflow_db, receiver.url)
     assert "state=success" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
     assert [t for t in ORDER if outcomes.get(t, {}).get("status") == "success"] == ORDER
-    assert outcomes["materialize"]["result"]["window"] == {"start": "2026-11-28T02:00:00+00:00",
-                                                          "end": "2026-11-29T02:00:00+00:00"}
+    assert outcomes["materialize"]["result"]["window"] == {
+        "start": "2026-11-28T02:00:00+00:00",
+        "end": "2026-11-29T02:00:00+00:00",
+    }
     assert (home_with_data / RUN_DIR / "data_quality/report.html").is_file()
     assert receiver.bodies == []
 
-    summary = subprocess.run([str(Path(sys.executable).parent / "mlrelease"), "summary", "--end", WINDOW_END],
-                             env={**os.environ, "MLRELEASE_HOME": str(home_with_data)},
-                             capture_output=True, text=True, check=True).stdout
+    summary = subprocess.run(
+        [str(Path(sys.executable).parent / "mlrelease"), "summary", "--end", WINDOW_END],
+        env={**os.environ, "MLRELEASE_HOME": str(home_with_data)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "result: ok" in summary and "validate_data    ok" in summary
 
 
@@ -79,7 +96,7 @@ def test_corruption_fails_at_its_gate_and_alerts(home, migrated_airflow_db, rece
     logs = proc.stdout + proc.stderr
     assert "state=failed" in logs, logs[-3000:]
     assert outcomes[failed_task]["status"] == "failed" and message in outcomes[failed_task]["error"]
-    downstream = ORDER[ORDER.index(failed_task) + 1:]
+    downstream = ORDER[ORDER.index(failed_task) + 1 :]
     assert not any(task in outcomes for task in downstream), f"{downstream} must not run after {failed_task}"
     alerts = [b["body"] for b in receiver.bodies]
     assert len(alerts) == 1, alerts

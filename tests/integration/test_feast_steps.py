@@ -150,8 +150,10 @@ def test_redis_online_store(home_with_data, redis_url, monkeypatch):
     assert redis.Redis.from_url(f"redis://{redis_url}").dbsize() > 0
     orders = pd.read_parquet(home_with_data / "data/offline/orders/date=2026-11-28")
     row = orders.iloc[-1]
-    online = _online_rows(open_store(settings), [{"user_id": int(row.user_id), "package_id": int(row.package_id),
-                                                 "route_id": int(row.route_id)}])
+    online = _online_rows(
+        open_store(settings),
+        [{"user_id": int(row.user_id), "package_id": int(row.package_id), "route_id": int(row.route_id)}],
+    )
     routes = pd.read_parquet(home_with_data / "data/offline/routes/date=2026-11-28")
     expected = routes[routes.route_id == row.route_id]["distance_km"].iloc[0]
     assert float(online["distance_km"][0]) == pytest.approx(expected)

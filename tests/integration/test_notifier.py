@@ -13,10 +13,19 @@ pytestmark = pytest.mark.integration
 
 
 def _context():
-    ti = SimpleNamespace(dag_id="nightly_release", task_id="validate_data", run_id="scheduled__2026-11-29",
-                         try_number=2, log_url="http://airflow.local/log?x=1")
-    return {"ti": ti, "dag_run": SimpleNamespace(run_id="scheduled__2026-11-29"),
-            "exception": RuntimeError("data quality failed (2 checks)"), "data_interval_end": "2026-11-29T02:00:00+00:00"}
+    ti = SimpleNamespace(
+        dag_id="nightly_release",
+        task_id="validate_data",
+        run_id="scheduled__2026-11-29",
+        try_number=2,
+        log_url="http://airflow.local/log?x=1",
+    )
+    return {
+        "ti": ti,
+        "dag_run": SimpleNamespace(run_id="scheduled__2026-11-29"),
+        "exception": RuntimeError("data quality failed (2 checks)"),
+        "data_interval_end": "2026-11-29T02:00:00+00:00",
+    }
 
 
 def test_json_alert_from_env_webhook(receiver, monkeypatch):
@@ -25,15 +34,23 @@ def test_json_alert_from_env_webhook(receiver, monkeypatch):
     assert len(receiver.bodies) == 1
     body = receiver.bodies[0]["body"]
     assert receiver.bodies[0]["path"] == "/hooks/alerts"
-    assert body == {"event": "task_failed", "dag_id": "nightly_release", "task_id": "validate_data",
-                    "run_id": "scheduled__2026-11-29", "try_number": 2,
-                    "data_interval_end": "2026-11-29T02:00:00+00:00",
-                    "error": "data quality failed (2 checks)", "log_url": "http://airflow.local/log?x=1"}
+    assert body == {
+        "event": "task_failed",
+        "dag_id": "nightly_release",
+        "task_id": "validate_data",
+        "run_id": "scheduled__2026-11-29",
+        "try_number": 2,
+        "data_interval_end": "2026-11-29T02:00:00+00:00",
+        "error": "data quality failed (2 checks)",
+        "log_url": "http://airflow.local/log?x=1",
+    }
 
 
 def test_slack_payload_from_an_airflow_connection(receiver, monkeypatch):
     monkeypatch.delenv("MLRELEASE_ALERT_WEBHOOK", raising=False)
-    monkeypatch.setenv("AIRFLOW_CONN_MLRELEASE_ALERTS", json.dumps({"conn_type": "http", "extra": {"url": receiver.url}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MLRELEASE_ALERTS", json.dumps({"conn_type": "http", "extra": {"url": receiver.url}})
+    )
     assert webhook_url("mlrelease_alerts") == receiver.url
     WebhookAlertNotifier(payload_format="slack").notify(_context())
     body = receiver.bodies[0]["body"]

@@ -9,8 +9,17 @@ import sys
 
 from tests.conftest import REPO
 
-HEAVY = ["feast", "mlflow", "great_expectations", "tritonclient", "sklearn", "onnxruntime", "pandas",
-         "pyarrow", "airflow.providers.cncf.kubernetes.operators.pod"]
+HEAVY = [
+    "feast",
+    "mlflow",
+    "great_expectations",
+    "tritonclient",
+    "sklearn",
+    "onnxruntime",
+    "pandas",
+    "pyarrow",
+    "airflow.providers.cncf.kubernetes.operators.pod",
+]
 
 
 def test_dagbag_has_no_import_errors():
@@ -44,6 +53,7 @@ def test_dag_file_keeps_heavy_libraries_out_of_module_level():
         "runpy.run_path(sys.argv[1] + '/dags/nightly_release.py');"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, check=True,
-                         env=os.environ.copy())
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, check=True, env=os.environ.copy()
+    )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

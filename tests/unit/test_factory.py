@@ -38,6 +38,8 @@ def test_unknown_runner_or_step_is_refused(monkeypatch):
 
 def test_error_line_prefers_the_steps_own_message():
     stderr = "Traceback ...\nmlrelease step materialize: error: source routes: partition date=2026-11-28 is missing\n"
-    assert _error_line(stderr) == "mlrelease step materialize: error: source routes: partition date=2026-11-28 is missing"
+    assert (
+        _error_line(stderr) == "mlrelease step materialize: error: source routes: partition date=2026-11-28 is missing"
+    )
     assert _error_line("boom\nlast words\n") == "last words"
     assert _error_line("") == ""

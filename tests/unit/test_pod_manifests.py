@@ -33,13 +33,22 @@ def test_manifest_validates_and_is_restricted(step):
 
 def test_window_arguments_render_from_the_run(monkeypatch):
     main = render_manifest("materialize")["spec"]["containers"][0]
-    assert main["args"] == ["--start", "2026-11-28T02:00:00+00:00", "--end", "2026-11-29T02:00:00+00:00",
-                            "--overlap-hours", "2"]
+    assert main["args"] == [
+        "--start",
+        "2026-11-28T02:00:00+00:00",
+        "--end",
+        "2026-11-29T02:00:00+00:00",
+        "--overlap-hours",
+        "2",
+    ]
 
 
 def test_gpu_step_requests_a_gpu_on_gpu_nodes(monkeypatch):
-    gpu = dataclasses.replace(STEPS["validate-data"], step="benchmark",
-                              resources=dataclasses.replace(STEPS["validate-data"].resources, gpus=1))
+    gpu = dataclasses.replace(
+        STEPS["validate-data"],
+        step="benchmark",
+        resources=dataclasses.replace(STEPS["validate-data"].resources, gpus=1),
+    )
     monkeypatch.setitem(STEPS, "benchmark", gpu)
     manifest = render_manifest("benchmark")
     assert validation_errors(manifest, K8S_VERSION) == []

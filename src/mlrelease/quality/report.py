@@ -33,8 +33,12 @@ def render_report(summary: dict[str, Any]) -> str:
         for exp in table["expectations"]:
             parts.append(
                 _row(
-                    ["pass" if exp["success"] else "FAIL", esc(exp["type"]), esc(str(exp.get("column") or "")),
-                     esc(str(exp.get("observed", "")))],
+                    [
+                        "pass" if exp["success"] else "FAIL",
+                        esc(exp["type"]),
+                        esc(str(exp.get("column") or "")),
+                        esc(str(exp.get("observed", ""))),
+                    ],
                     exp["success"],
                 )
             )
@@ -42,8 +46,9 @@ def render_report(summary: dict[str, Any]) -> str:
         if table["drift"]:
             parts.append("<table><tr><th>result</th><th>drift (PSI)</th><th>value</th><th>threshold</th></tr>")
             for col, d in table["drift"].items():
-                parts.append(_row(["pass" if d["ok"] else "FAIL", esc(col), f"{d['psi']:.4f}",
-                                   f"{d['threshold']:g}"], d["ok"]))
+                parts.append(
+                    _row(["pass" if d["ok"] else "FAIL", esc(col), f"{d['psi']:.4f}", f"{d['threshold']:g}"], d["ok"])
+                )
             parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts)

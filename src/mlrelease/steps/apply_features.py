@@ -33,7 +33,7 @@ def apply_features(settings: Settings) -> dict[str, Any]:
             sys.modules.pop(py_path_to_module(repo_file), None)
         with contextlib.redirect_stdout(captured):
             repo = parse_repo(settings.feature_repo)
-            objects = [*repo.data_sources, *repo.entities, *repo.feature_views, *repo.feature_services]
+            objects: list[Any] = [*repo.data_sources, *repo.entities, *repo.feature_views, *repo.feature_services]
             store.apply(objects)
     except SystemExit:
         detail = captured.getvalue().strip().splitlines()

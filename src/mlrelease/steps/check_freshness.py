@@ -18,12 +18,24 @@ from mlrelease.watermarks import WatermarkStore
 def write_freshness_metrics(results: list[Freshness], path: Any) -> None:
     """Write freshness gauges in the Prometheus text format (node-exporter textfile / pushgateway body)."""
     registry = CollectorRegistry()
-    lag = Gauge("mlrelease_feature_freshness_lag_seconds", "Age of the newest materialized event.",
-                ["feature_view"], registry=registry)
-    budget = Gauge("mlrelease_feature_freshness_budget_seconds", "Allowed age of the newest event.",
-                   ["feature_view"], registry=registry)
-    fresh = Gauge("mlrelease_feature_fresh", "1 when the view is within its freshness budget.",
-                  ["feature_view"], registry=registry)
+    lag = Gauge(
+        "mlrelease_feature_freshness_lag_seconds",
+        "Age of the newest materialized event.",
+        ["feature_view"],
+        registry=registry,
+    )
+    budget = Gauge(
+        "mlrelease_feature_freshness_budget_seconds",
+        "Allowed age of the newest event.",
+        ["feature_view"],
+        registry=registry,
+    )
+    fresh = Gauge(
+        "mlrelease_feature_fresh",
+        "1 when the view is within its freshness budget.",
+        ["feature_view"],
+        registry=registry,
+    )
     for item in results:
         lag.labels(item.view).set(item.lag.total_seconds() if item.lag is not None else float("inf"))
         budget.labels(item.view).set(item.budget.total_seconds())
@@ -62,4 +74,3 @@ def check_freshness(settings: Settings, end: datetime) -> dict[str, Any]:
             for r in results
         },
     }
-

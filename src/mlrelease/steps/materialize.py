@@ -56,14 +56,21 @@ def source_schema_problems(view: Any, schema: pa.Schema) -> list[str]:
     return problems
 
 
+def check_sources(views: list[Any], window: Window) -> None:
+    """Every partition of every view's source must exist, be readable and match the view; report all mismatches."""
+    mismatches = []
+    for view in views:
+        for path in window_partitions(Path(view.batch_source.path), window):
+            problems = source_schema_problems(view, read_schema(path))
+            if problems:
+                mismatches.append(f"{view.name} ({path}): {'; '.join(problems)}")
+    if mismatches:
+        raise StepError("sources do not match their feature views: " + " | ".join(mismatches))
+
+
 def scan_view(view: Any, window: Window) -> ViewScan:
-    """Check the view's source partitions for the window and measure what materialize will load."""
+    """Measure what materialize will load for one view: rows, distinct entities, newest event."""
     table_dir = Path(view.batch_source.path)
-    files = window_partitions(table_dir, window)
-    for path in files:
-        problems = source_schema_problems(view, read_schema(path))
-        if problems:
-            raise StepError(f"source of {view.name} ({path}) does not match its feature view: {'; '.join(problems)}")
     ts_field = view.batch_source.timestamp_field
     frame = read_window(table_dir, window, columns=[*view.join_keys, ts_field])
     newest = frame[ts_field].max() if len(frame) else None
@@ -78,9 +85,12 @@ def materialize(settings: Settings, window: Window, overlap: timedelta) -> dict[
     if not views:
         raise StepError("no online feature views are registered: run the apply-features step first")
     load_window = window.widened(overlap)
+    check_sources(views, load_window)
     scans = [scan_view(view, load_window) for view in views]
     if sum(s.rows for s in scans) == 0:
-        raise StepError(f"empty window: no source rows in [{load_window.start}, {load_window.end}) for any feature view")
+        raise StepError(
+            f"empty window: no source rows in [{load_window.start}, {load_window.end}) for any feature view"
+        )
 
     per_view: dict[str, dict[str, Any]] = {}
     for view, scan in zip(views, scans, strict=True):

@@ -74,8 +74,10 @@ def drift_report(table: Table, current: pd.DataFrame, reference: pd.DataFrame, t
         if column not in current or column not in reference:
             continue  # the schema expectation already fails for a missing column
         try:
-            value = psi(pd.to_numeric(reference[column], errors="coerce").to_numpy(),
-                        pd.to_numeric(current[column], errors="coerce").to_numpy())
+            value = psi(
+                pd.to_numeric(reference[column], errors="coerce").to_numpy(),
+                pd.to_numeric(current[column], errors="coerce").to_numpy(),
+            )
         except ValueError:
             value = float("inf")
         out[column] = {"psi": value, "threshold": threshold, "ok": value <= threshold}
@@ -89,7 +91,6 @@ def validate_data(
     warnings.filterwarnings("ignore")
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     import great_expectations as gx
-
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
@@ -113,19 +114,32 @@ def validate_data(
         bounds = row_bounds(len(reference), ref_hours, (window.end - window.start).total_seconds() / 3600)
         suite = run_suite(context, table, current, bounds)
         drift = drift_report(table, current, reference, psi_threshold) if ref_window else {}
-        failures += [f"{table.name}.{e['column'] or 'table'}: {e['type']} ({e['observed']})"
-                     for e in suite["expectations"] if not e["success"]]
-        failures += [f"{table.name}.{col}: drift PSI {d['psi']:.3f} > {d['threshold']}"
-                     for col, d in drift.items() if not d["ok"]]
-        tables[table.name] = {"rows": len(current), "row_bounds": list(bounds), "success": suite["success"],
-                              "expectations": suite["expectations"], "drift": drift, "gx": suite["gx_result"]}
+        failures += [
+            f"{table.name}.{e['column'] or 'table'}: {e['type']} ({e['observed']})"
+            for e in suite["expectations"]
+            if not e["success"]
+        ]
+        failures += [
+            f"{table.name}.{col}: drift PSI {d['psi']:.3f} > {d['threshold']}"
+            for col, d in drift.items()
+            if not d["ok"]
+        ]
+        tables[table.name] = {
+            "rows": len(current),
+            "row_bounds": list(bounds),
+            "success": suite["success"],
+            "expectations": suite["expectations"],
+            "drift": drift,
+            "gx": suite["gx_result"],
+        }
 
     out_dir = settings.artifacts_dir / run_key(window.end) / "data_quality"
     summary = {
         "success": not failures,
         "window": {"start": window.start.isoformat(), "end": window.end.isoformat()},
-        "reference": None if ref_window is None else {"start": ref_window.start.isoformat(),
-                                                       "end": ref_window.end.isoformat()},
+        "reference": None
+        if ref_window is None
+        else {"start": ref_window.start.isoformat(), "end": ref_window.end.isoformat()},
         "tables": tables,
         "failures": failures,
     }
@@ -138,8 +152,12 @@ def validate_data(
         "success": True,
         "report": str(out_dir / "report.html"),
         "validation": str(out_dir / "validation.json"),
-        "tables": {name: {"rows": t["rows"], "expectations": len(t["expectations"]),
-                          "max_psi": max((d["psi"] for d in t["drift"].values()), default=None)}
-                   for name, t in tables.items()},
+        "tables": {
+            name: {
+                "rows": t["rows"],
+                "expectations": len(t["expectations"]),
+                "max_psi": max((d["psi"] for d in t["drift"].values()), default=None),
+            }
+            for name, t in tables.items()
+        },
     }
-
