@@ -19,6 +19,8 @@ DATE ?= 2026-11-29
 RUN_END := $(DATE)T02:00:00+00:00
 HISTORY_DAYS ?= 9
 ROWS_PER_DAY ?= 2000
+# Corrupt the run's window to watch a gate stop the release: make run INJECT=drift (nulls|drift|schema|stale|duplicates)
+INJECT ?=
 
 .PHONY: help setup run test test-fast lint bench clean
 
@@ -43,13 +45,16 @@ setup: $(VENV)/.installed $(AIRFLOW_HOME)/airflow.db
 
 run: setup
 	@echo "==> synthetic parcel data, $(HISTORY_DAYS) days of history up to $(DATE)"
-	mlrelease data generate --start $$(date -u -d "$(DATE) -$(HISTORY_DAYS) days" +%F) --end $(DATE) \
+	@mlrelease data generate --start $$(date -u -d "$(DATE) -$(HISTORY_DAYS) days" +%F) --end $(DATE) \
 		--rows-per-day $(ROWS_PER_DAY) > /dev/null
+	@if [ -n "$(INJECT)" ]; then echo "==> injecting '$(INJECT)' into the run's window"; \
+		mlrelease data generate --start $$(date -u -d "$(DATE) -1 days" +%F) --end $(DATE) \
+			--rows-per-day $(ROWS_PER_DAY) --inject $(INJECT) > /dev/null; fi
 	@echo "==> airflow dags test nightly_release $(RUN_END)  (full log: $(MLRELEASE_HOME)/logs/make-run.log)"
 	@mkdir -p $(MLRELEASE_HOME)/logs
 	@rc=0; MLRELEASE_TASK_RETRIES=0 airflow dags test nightly_release $(RUN_END) > $(MLRELEASE_HOME)/logs/make-run.log 2>&1 || rc=$$?; \
-		grep -E "\[DAG TEST\] (start|end) task|DagRun Finished" $(MLRELEASE_HOME)/logs/make-run.log \
-			| sed -E 's/^[^ ]+ \[[a-z ]+\] +//; s/ \[airflow[^]]*\].*//' || true; \
+		grep -oE "\[DAG TEST\] end task task_id=[a-z_]+|DagRun Finished: .*state=[a-z]+" $(MLRELEASE_HOME)/logs/make-run.log \
+			| sed -E 's/\[DAG TEST\] end task task_id=/  finished /; s/DagRun Finished: .*(state=[a-z]+)/  run \1/' || true; \
 		echo; mlrelease summary --end $(RUN_END); \
 		grep -q "state=success" $(MLRELEASE_HOME)/logs/make-run.log && [ $$rc -eq 0 ]
 

@@ -78,7 +78,8 @@ class LocalStepOperator(BaseOperator):
         if end is None:
             return
         path = Settings.from_env().artifacts_dir / run_key(end) / "steps" / f"{self.task_id}.json"
-        write_json_atomic(path, {"task_id": self.task_id, "step": self.pod.step, **outcome})
+        run_id = context.get("run_id")
+        write_json_atomic(path, {"task_id": self.task_id, "step": self.pod.step, "run_id": run_id, **outcome})
 
 
 def _error_line(stderr: str) -> str:

@@ -30,11 +30,18 @@ def _detail(task: str, result: dict[str, Any]) -> str:
 
 
 def load_outcomes(settings: Settings, end: datetime) -> dict[str, dict[str, Any]]:
-    """Recorded step outcomes for the run whose data interval ends at `end`, by task id."""
+    """Step outcomes of the latest DAG run for the interval ending at `end`, by task id.
+
+    Earlier runs of the same interval (a rerun, a retry from the UI) leave records too; only those
+    written by the same run as the newest record belong to the run being summarised.
+    """
     steps_dir = settings.artifacts_dir / run_key(end) / "steps"
-    if not steps_dir.is_dir():
+    files = sorted(steps_dir.glob("*.json"), key=lambda p: p.stat().st_mtime) if steps_dir.is_dir() else []
+    if not files:
         return {}
-    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(steps_dir.glob("*.json"))}
+    records = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in files}
+    latest_run = records[files[-1].stem].get("run_id")
+    return {task: rec for task, rec in records.items() if rec.get("run_id") == latest_run}
 
 
 def format_summary(settings: Settings, end: datetime) -> str:

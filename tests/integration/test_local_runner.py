@@ -18,10 +18,16 @@ END = datetime(2026, 11, 29, 2, tzinfo=UTC)
 
 def test_success_returns_the_steps_json_and_records_it(home_with_data):
     op = LocalStepOperator(task_id="apply_features", pod=STEPS["apply-features"])
-    result = op.execute({"data_interval_end": END})
+    result = op.execute({"data_interval_end": END, "run_id": "manual__1"})
     assert result["feature_views"] == ["package_features", "route_features", "user_features"]
     recorded = json.loads((home_with_data / "artifacts/20261129T020000Z/steps/apply_features.json").read_text())
-    assert recorded == {"task_id": "apply_features", "step": "apply-features", "status": "success", "result": result}
+    assert recorded == {
+        "task_id": "apply_features",
+        "step": "apply-features",
+        "run_id": "manual__1",
+        "status": "success",
+        "result": result,
+    }
 
 
 def test_failure_raises_the_steps_one_line_error(home_with_data):
