@@ -8,6 +8,8 @@ SHELL := /bin/bash
 PYTHON_VERSION ?= 3.11
 VENV := $(CURDIR)/.venv
 PY := $(VENV)/bin/python
+# The Triton toolchain (CPU tritonserver + perf_analyzer) lives apart: it needs numpy < 2 and tritonclient 2.5x.
+TRITON_VENV := $(CURDIR)/.venv-triton
 export MLRELEASE_REPO := $(CURDIR)
 export MLRELEASE_HOME ?= $(CURDIR)/.mlrelease
 export AIRFLOW_HOME := $(MLRELEASE_HOME)/airflow
@@ -37,11 +39,18 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	uv pip install -q --compile-bytecode --python $(PY) --no-deps -e .
 	@touch $@
 
+$(TRITON_VENV)/.installed: requirements-triton.lock
+	@command -v uv >/dev/null 2>&1 || python3 -m pip install -q uv
+	@ldconfig -p | grep -q libb64.so.0d || { echo "perf_analyzer needs libb64: apt-get install libb64-0d"; exit 1; }
+	uv venv -q --allow-existing --python $(PYTHON_VERSION) $(TRITON_VENV)
+	uv pip sync -q --python $(TRITON_VENV)/bin/python requirements-triton.lock
+	@touch $@
+
 $(AIRFLOW_HOME)/airflow.db: $(VENV)/.installed
 	@mkdir -p $(AIRFLOW_HOME)
 	airflow db migrate > $(AIRFLOW_HOME)/db-migrate.log 2>&1 || { tail -20 $(AIRFLOW_HOME)/db-migrate.log; exit 1; }
 
-setup: $(VENV)/.installed $(AIRFLOW_HOME)/airflow.db
+setup: $(VENV)/.installed $(TRITON_VENV)/.installed $(AIRFLOW_HOME)/airflow.db
 
 run: setup
 	@echo "==> synthetic parcel data, $(HISTORY_DAYS) days of history up to $(DATE)"
@@ -50,6 +59,8 @@ run: setup
 	@if [ -n "$(INJECT)" ]; then echo "==> injecting '$(INJECT)' into the run's window"; \
 		mlrelease data generate --start $$(date -u -d "$(DATE) -1 days" +%F) --end $(DATE) \
 			--rows-per-day $(ROWS_PER_DAY) --inject $(INJECT) > /dev/null; fi
+	@echo "==> local Triton server (CPU, explicit model control)"
+	@mlrelease triton up | grep -E '"(status|url)"'
 	@echo "==> airflow dags test nightly_release $(RUN_END)  (full log: $(MLRELEASE_HOME)/logs/make-run.log)"
 	@mkdir -p $(MLRELEASE_HOME)/logs
 	@rc=0; MLRELEASE_TASK_RETRIES=0 airflow dags test nightly_release $(RUN_END) > $(MLRELEASE_HOME)/logs/make-run.log 2>&1 || rc=$$?; \

@@ -20,6 +20,14 @@ Every night at 02:00 UTC, for the data interval that just closed (the previous 2
 3. **check_freshness** fails if any feature view's newest event is older than its budget
    (the `freshness_budget_hours` tag on the view) at the interval's end.
 4. **validate_data** runs the Great Expectations suites and drift checks; a failure stops the release.
+5. **train** fits a candidate on point-in-time-correct features (Feast feature service), evaluates it on a
+   time-ordered holdout against the `champion`, logs everything to MLflow and registers it as `challenger`
+   (or refuses it, with the numbers).
+6. **export** writes ONNX (checked, parity-tested) and an immutable version into the Triton model repository.
+7. **validate_serving** loads it into a real Triton and compares served answers with the export.
+8. **benchmark** runs perf_analyzer on challenger and champion (GPU node on Kubernetes) and gates on p99
+   latency and throughput ratios. With no champion yet, the first candidate that passes every gate
+   becomes champion (bootstrap).
 
 Each task runs as a KubernetesPodOperator when `MLRELEASE_RUNNER=kubernetes`, otherwise as a local
 process running the same command. Failures alert through the `mlrelease_alerts` connection
@@ -31,6 +39,10 @@ process running the same command. Failures alert through the `mlrelease_alerts` 
 | `materialize_overlap_hours` | hours before the interval start to re-materialize, for late-arriving rows |
 | `reference_days` | days before the interval used as the drift reference; 0 turns drift checks off |
 | `psi_threshold` | largest Population Stability Index accepted for a key feature |
+| `training_days` | days of labelled orders before the interval end to train on |
+| `mae_tolerance` | how much worse than the champion's holdout MAE a candidate may be (0.05 = 5 %) |
+| `max_p99_ratio` | largest challenger/champion p99 latency ratio accepted |
+| `min_throughput_ratio` | smallest challenger/champion throughput ratio accepted |
 """
 
 with DAG(
@@ -59,6 +71,14 @@ with DAG(
             maximum=60,
             description="Days of history to compare drift against (0 disables drift).",
         ),
+        "training_days": Param(7, type="integer", minimum=1, maximum=90, description="Days of orders to train on."),
+        "mae_tolerance": Param(
+            0.05, type="number", minimum=0, maximum=1, description="Allowed holdout MAE excess over the champion."
+        ),
+        "max_p99_ratio": Param(1.10, type="number", minimum=1, description="Largest accepted p99 latency ratio."),
+        "min_throughput_ratio": Param(
+            0.90, type="number", exclusiveMinimum=0, maximum=1, description="Smallest accepted throughput ratio."
+        ),
         "psi_threshold": Param(
             0.25,
             type="number",
@@ -73,4 +93,8 @@ with DAG(
         step_operator("materialize"),
         step_operator("check-freshness"),
         step_operator("validate-data"),
+        step_operator("train"),
+        step_operator("export"),
+        step_operator("validate-serving"),
+        step_operator("benchmark"),
     )

@@ -32,7 +32,7 @@ def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSetting
         task_id=task_id,
         name=f"mlrelease-{pod.step}",
         namespace=cluster.namespace,
-        image=cluster.image,
+        image=cluster.image_for(pod),
         cmds=pod.cmds,
         arguments=list(pod.args),
         # HOME on the writable /tmp volume: Feast and GX write small caches there under a read-only root.

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 
 STATE_MOUNT = "/var/lib/mlrelease"
 XCOM_PATH = "/airflow/xcom/return.json"
+# Step-specific images, overridable by the named variable. The perf image is built FROM the Triton SDK
+# image (nvcr.io/nvidia/tritonserver:<release>-py3-sdk, which ships perf_analyzer) plus the mlrelease package.
+DEFAULT_IMAGES = {"MLRELEASE_K8S_PERF_IMAGE": "ghcr.io/mlrelease/perf:0.1.0"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class StepPod:
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     resources: Resources = field(default_factory=Resources)
+    image_env: str | None = None  # variable naming a step-specific image (else the cluster's step image)
 
     @property
     def cmds(self) -> list[str]:
@@ -55,6 +59,12 @@ class ClusterSettings:
     gpu_node_selector: tuple[tuple[str, str], ...]
     gpu_toleration_key: str
     run_as_user: int = 10001
+
+    def image_for(self, pod: StepPod) -> str:
+        """The pod's image: its own (e.g. the perf_analyzer image built on the Triton SDK) or the step image."""
+        if pod.image_env:
+            return os.environ.get(pod.image_env, DEFAULT_IMAGES[pod.image_env])
+        return self.image
 
     @classmethod
     def from_env(cls) -> ClusterSettings:

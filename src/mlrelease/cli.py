@@ -64,6 +64,63 @@ def _step_validate_data(args: argparse.Namespace, settings: Settings) -> dict[st
     )
 
 
+def _step_train(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.train import train
+
+    if args.training_days < 1:
+        raise ValueError(f"--training-days must be at least 1, got {args.training_days}")
+    return train(
+        settings, Window.parse(args.start, args.end), training_days=args.training_days, mae_tolerance=args.mae_tolerance
+    )
+
+
+def _model_version(value: str) -> int:
+    try:
+        version = int(value)
+    except ValueError:
+        raise ValueError(f"--model-version must be a positive integer, got {value!r}") from None
+    if version < 1:
+        raise ValueError(f"--model-version must be a positive integer, got {value!r}")
+    return version
+
+
+def _step_export(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.export import export
+
+    return export(settings, _model_version(args.model_version))
+
+
+def _step_validate_serving(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.validate_serving import validate_serving
+
+    return validate_serving(settings, _model_version(args.model_version))
+
+
+def _step_benchmark(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.serving.perf import PerfSettings
+    from mlrelease.steps.benchmark import benchmark
+
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
+    perf = PerfSettings(
+        concurrency_range=args.concurrency_range, measurement_interval_ms=args.measurement_interval, rounds=args.rounds
+    )
+    return benchmark(
+        settings,
+        _model_version(args.model_version),
+        max_p99_ratio=args.max_p99_ratio,
+        min_throughput_ratio=args.min_throughput_ratio,
+        perf=perf,
+    )
+
+
+def _cmd_triton(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.serving import local_triton
+
+    action = {"up": local_triton.up, "down": local_triton.down, "status": local_triton.status}[args.action]
+    return action(settings)
+
+
 def _cmd_render_pods(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.render import render_pods
 
@@ -111,6 +168,31 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--reference-days", type=int, default=7, help="days before --start to compare drift against")
     val.add_argument("--psi-threshold", type=float, default=0.25)
     val.set_defaults(handler=_step_validate_data)
+
+    tr = steps.add_parser("train", help="train a candidate and register it as challenger")
+    _window_args(tr)
+    tr.add_argument("--training-days", type=int, default=7, help="days of labelled orders before --end to learn from")
+    tr.add_argument("--mae-tolerance", type=float, default=0.05, help="allowed holdout MAE excess over the champion")
+    tr.set_defaults(handler=_step_train)
+    for name, handler, text in (
+        ("export", _step_export, "export a registered version to ONNX and the Triton repository"),
+        ("validate-serving", _step_validate_serving, "load a version into Triton and check its answers"),
+    ):
+        sp = steps.add_parser(name, help=text)
+        sp.add_argument("--model-version", required=True)
+        sp.set_defaults(handler=handler)
+    bench = steps.add_parser("benchmark", help="perf_analyzer gate: challenger vs champion")
+    bench.add_argument("--model-version", required=True)
+    bench.add_argument("--max-p99-ratio", type=float, default=1.10)
+    bench.add_argument("--min-throughput-ratio", type=float, default=0.90)
+    bench.add_argument("--concurrency-range", default="1:4:3")
+    bench.add_argument("--measurement-interval", type=int, default=1000, help="milliseconds per measurement window")
+    bench.add_argument("--rounds", type=int, default=3, help="interleaved rounds per version; medians are compared")
+    bench.set_defaults(handler=_step_benchmark)
+
+    triton = sub.add_parser("triton", help="the local CPU Triton server (embedded default)")
+    triton.add_argument("action", choices=["up", "down", "status"])
+    triton.set_defaults(handler=_cmd_triton, result_to_xcom=False)
 
     render = sub.add_parser("render-pods", help="write and validate every step's Kubernetes pod manifest")
     render.add_argument("--out", required=True)

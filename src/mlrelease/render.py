@@ -6,6 +6,7 @@ import dataclasses
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -17,7 +18,17 @@ from mlrelease.settings import REPO_ROOT
 SAMPLE_CONTEXT: dict[str, Any] = {
     "data_interval_start": datetime(2026, 11, 28, 2, tzinfo=UTC),
     "data_interval_end": datetime(2026, 11, 29, 2, tzinfo=UTC),
-    "params": {"materialize_overlap_hours": 2, "reference_days": 7, "psi_threshold": 0.25},
+    "params": {
+        "materialize_overlap_hours": 2,
+        "reference_days": 7,
+        "psi_threshold": 0.25,
+        "training_days": 7,
+        "mae_tolerance": 0.05,
+        "max_p99_ratio": 1.1,
+        "min_throughput_ratio": 0.9,
+    },
+    # What `train` pushes to XCom, for the steps that take the model version from it.
+    "ti": SimpleNamespace(xcom_pull=lambda task_ids: {"model_version": 7}),
 }
 
 

@@ -11,7 +11,16 @@ from mlrelease.settings import Settings
 from mlrelease.timewindow import run_key
 
 # The order the nightly DAG runs its steps in (task ids).
-TASK_ORDER = ("apply_features", "materialize", "check_freshness", "validate_data")
+TASK_ORDER = (
+    "apply_features",
+    "materialize",
+    "check_freshness",
+    "validate_data",
+    "train",
+    "export",
+    "validate_serving",
+    "benchmark",
+)
 
 
 def _detail(task: str, result: dict[str, Any]) -> str:
@@ -24,6 +33,21 @@ def _detail(task: str, result: dict[str, Any]) -> str:
         )
     if task == "validate_data":
         return ", ".join(f"{t} {d['rows']} rows" for t, d in result.get("tables", {}).items())
+    if task == "train":
+        champion = result.get("champion_metrics") or {}
+        mae = (result.get("metrics") or {}).get("mae")
+        versus = f" (champion {champion['mae']:.3f} h)" if "mae" in champion else ""
+        return f"v{result.get('model_version')} {result.get('status')}" + (
+            f": holdout MAE {mae:.3f} h{versus}" if mae is not None else ""
+        )
+    if task == "export":
+        return f"v{result.get('model_version')} {result.get('status')}, sha256 {str(result.get('sha256'))[:12]}"
+    if task == "validate_serving":
+        diffs = result.get("max_abs_diff", {})
+        worst = max(diffs.values()) if diffs else float("nan")
+        return f"v{result.get('model_version')} matches the export (max |diff| {worst:.1e}) on {result.get('triton')}"
+    if task == "benchmark":
+        return str(result.get("verdict") or result.get("status"))
     if task == "apply_features":
         return f"{len(result.get('feature_views', []))} feature views, online store {result.get('online_store')}"
     return ""
@@ -57,6 +81,15 @@ def format_summary(settings: Settings, end: datetime) -> str:
             lines.append(f"  {task:<16} ok      {_detail(task, outcome['result'])}")
         else:
             lines.append(f"  {task:<16} FAILED  {outcome['error']}")
+    bench = outcomes.get("benchmark", {}).get("result", {})
+    if bench.get("levels"):
+        lines += ["", "  perf_analyzer (median of rounds)  concurrency  infer/s   p50 ms   p99 ms"]
+        for name, levels in bench["levels"].items():
+            for lv in levels:
+                lines.append(
+                    f"  {name:<32} {lv['concurrency']:>11}  {lv['throughput']:>7.0f}  "
+                    f"{lv['p50_us'] / 1000:>7.2f}  {lv['p99_us'] / 1000:>7.2f}"
+                )
     failed = any(o["status"] != "success" for o in outcomes.values())
     lines += ["", f"result: {'FAILED' if failed or not outcomes else 'ok'}", f"artifacts: {run_dir}"]
     for name in ("data_quality/report.html", "freshness.prom"):

@@ -1,0 +1,1 @@
+"""The parcel ETA model: feature encoding, the two-output estimator, ONNX export, evaluation."""

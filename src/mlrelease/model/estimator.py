@@ -1,0 +1,61 @@
+"""A two-output ETA estimator: a point prediction plus a confidence that falls as the expected error grows.
+
+The confidence comes from a second gradient-boosted model trained on the point model's out-of-fold
+absolute errors, so it learns where the point model is unreliable (remote routes, bulky parcels…).
+confidence = exp(-k * expected_abs_error_hours), with k set on the training data so that the
+`calibration_quantile` of expected error maps to confidence 0.6.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.model_selection import cross_val_predict
+
+LOW_CONFIDENCE = 0.6  # the reference "low confidence" threshold used by the rollout guardrails
+
+
+class EtaModel(RegressorMixin, BaseEstimator):
+    """ETA in hours (`predict`) and a 0..1 confidence (`predict_with_confidence`).
+
+    :param max_iter: boosting iterations of each of the two models.
+    :param learning_rate: boosting learning rate.
+    :param calibration_quantile: share of training rows expected to keep confidence >= 0.6.
+    :param random_state: seed for reproducible training.
+    """
+
+    def __init__(
+        self, max_iter: int = 200, learning_rate: float = 0.1, calibration_quantile: float = 0.99, random_state: int = 0
+    ) -> None:
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.calibration_quantile = calibration_quantile
+        self.random_state = random_state
+
+    def _booster(self) -> HistGradientBoostingRegressor:
+        return HistGradientBoostingRegressor(
+            max_iter=self.max_iter, learning_rate=self.learning_rate, random_state=self.random_state
+        )
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> EtaModel:
+        """Fit the point model, then the expected-error model on out-of-fold residuals, then calibrate k."""
+        out_of_fold = cross_val_predict(self._booster(), X, y, cv=3)
+        self.point_ = self._booster().fit(X, y)
+        self.spread_ = self._booster().fit(X, np.abs(y - out_of_fold))
+        expected_error = np.maximum(self.spread_.predict(X), 0.0)
+        self.k_ = -math.log(LOW_CONFIDENCE) / max(float(np.quantile(expected_error, self.calibration_quantile)), 1e-6)
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Point ETA in hours."""
+        return self.point_.predict(X)
+
+    def predict_with_confidence(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(eta_prediction, confidence_score) for each row."""
+        eta = self.point_.predict(X)
+        confidence = np.exp(-self.k_ * np.maximum(self.spread_.predict(X), 0.0))
+        return eta, confidence

@@ -1,0 +1,42 @@
+"""Point-in-time-correct training data: orders (labels) joined to features through the Feast feature service."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pandas as pd
+
+from mlrelease.errors import StepError
+from mlrelease.model.features import ENTITY_KEYS, FEATURE_SERVICE, TARGET
+from mlrelease.settings import Settings
+from mlrelease.sources import read_window
+from mlrelease.timewindow import Window
+
+
+def training_window(window: Window, days: int) -> Window:
+    """The `days` before the run's interval end: the orders the model learns from."""
+    return Window(window.end - timedelta(days=days), window.end)
+
+
+def historical_frame(settings: Settings, train_window: Window) -> pd.DataFrame:
+    """Each order in the window with its label and the feature values as of the order's event time."""
+    from mlrelease.feast_store import open_store
+
+    orders = read_window(settings.offline_dir / "orders", train_window, allow_missing=True)
+    if orders.empty:
+        raise StepError(f"no orders in the training window [{train_window.start}, {train_window.end})")
+    entity_df = orders[["order_id", *ENTITY_KEYS, "event_timestamp", TARGET]].copy()
+    entity_df["event_timestamp"] = pd.to_datetime(entity_df["event_timestamp"], utc=True)
+    store = open_store(settings)
+    try:
+        service = store.get_feature_service(FEATURE_SERVICE)
+        frame = store.get_historical_features(entity_df=entity_df, features=service).to_df()
+    except Exception as exc:
+        raise StepError(f"historical retrieval through {FEATURE_SERVICE} failed: {type(exc).__name__}: {exc}") from None
+    return frame.sort_values(["event_timestamp", "order_id"]).reset_index(drop=True)
+
+
+def time_split(frame: pd.DataFrame, holdout_share: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Earlier rows train, the latest `holdout_share` is the holdout (no future leaks into training)."""
+    cut = int(len(frame) * (1 - holdout_share))
+    return frame.iloc[:cut], frame.iloc[cut:]

@@ -1,0 +1,87 @@
+"""MLflow tracking and the model registry: one experiment, one registered model, aliases as the commit points."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from mlrelease.errors import StepError
+from mlrelease.settings import Settings
+
+MODEL_NAME = "parcel_eta"
+EXPERIMENT = "parcel_eta"
+CHAMPION, CHALLENGER = "champion", "challenger"
+
+
+@dataclass(frozen=True)
+class Registry:
+    """The MLflow backend (SQLite under MLRELEASE_HOME by default; MLFLOW_TRACKING_URI for a server)."""
+
+    tracking_uri: str
+    artifact_root: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Registry:
+        """The registry for this process; creates the local store's directory when needed."""
+        local = settings.home / "mlflow"
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            local.mkdir(parents=True, exist_ok=True)
+            uri = f"sqlite:///{local / 'mlflow.db'}"
+        artifact_root = os.environ.get("MLRELEASE_MLFLOW_ARTIFACTS", (local / "artifacts").as_uri())
+        return cls(uri, artifact_root)
+
+    def client(self) -> Any:
+        """An MlflowClient bound to this registry (also sets the process-wide tracking URI for fluent calls)."""
+        import mlflow
+        from mlflow import MlflowClient
+
+        mlflow.set_tracking_uri(self.tracking_uri)
+        mlflow.set_registry_uri(self.tracking_uri)
+        return MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
+
+    def experiment_id(self) -> str:
+        """The experiment's id, creating it (with our artifact root) on first use."""
+        client = self.client()
+        found = client.get_experiment_by_name(EXPERIMENT)
+        if found is not None:
+            return str(found.experiment_id)
+        return str(client.create_experiment(EXPERIMENT, artifact_location=self.artifact_root))
+
+    def alias_version(self, alias: str) -> int | None:
+        """The version number an alias points to, or None when the alias is not set."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return int(self.client().get_model_version_by_alias(MODEL_NAME, alias).version)
+        except MlflowException:
+            return None
+
+    def version_tags(self, version: int) -> dict[str, str]:
+        """Tags of a model version; an unknown version is a StepError naming it."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return dict(self.client().get_model_version(MODEL_NAME, str(version)).tags)
+        except MlflowException:
+            raise StepError(
+                f"model {MODEL_NAME} has no version {version} in the registry {self.tracking_uri}"
+            ) from None
+
+    def run_id(self, version: int) -> str:
+        """The MLflow run that produced a version."""
+        return str(self.client().get_model_version(MODEL_NAME, str(version)).run_id)
+
+    def tag_version(self, version: int, **tags: str) -> None:
+        """Set tags on a model version (validation status, reasons, …)."""
+        client = self.client()
+        for key, value in tags.items():
+            client.set_model_version_tag(MODEL_NAME, str(version), key, value)
+
+    def load_native(self, version: int) -> Any:
+        """The trained estimator of a version, as logged by the train step."""
+        import mlflow.sklearn
+
+        self.client()
+        return mlflow.sklearn.load_model(f"models:/{MODEL_NAME}/{version}")

@@ -1,0 +1,57 @@
+"""Derive the embedded-default CPU repository from the production one, without changing the production one.
+
+The CPU tritonserver available here has only the python backend, so each version is served by a
+python-backend `model.py` that runs the very same model.onnx with onnxruntime. Everything else in the
+config (name, batching, inputs, outputs, version policy) is kept; the platform becomes backend
+"python" and GPU instance groups become CPU ones.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from mlrelease.serving.triton_repo import MODEL_FILE, parse_pbtxt, to_pbtxt, versions_present
+from mlrelease.storage import write_text_atomic
+
+PYTHON_MODEL = Path(__file__).with_name("onnx_python_model.py")
+
+
+def cpu_config(production: mc.ModelConfig) -> mc.ModelConfig:
+    """The production config translated for the python backend on CPU."""
+    cpu = mc.ModelConfig()
+    cpu.CopyFrom(production)
+    cpu.ClearField("platform")
+    cpu.backend = "python"
+    del cpu.instance_group[:]
+    cpu.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
+    return cpu
+
+
+def sync_cpu_repository(production_root: Path, cpu_root: Path, model: str) -> list[int]:
+    """Mirror one model into the CPU repository: config translated, each version's ONNX linked with model.py."""
+    config_path = production_root / model / "config.pbtxt"
+    production = parse_pbtxt(config_path.read_text(encoding="utf-8"))
+    versions = versions_present(production_root, model)
+    for version in versions:
+        src, dst = production_root / model / str(version), cpu_root / model / str(version)
+        if (dst / MODEL_FILE).exists():
+            continue
+        staging = cpu_root / model / f".{version}.staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        if _same_fs(src, staging):  # a hard link costs no space and keeps the very same bytes
+            os.link(src / MODEL_FILE, staging / MODEL_FILE)
+        else:
+            shutil.copy2(src / MODEL_FILE, staging / MODEL_FILE)
+        shutil.copy2(PYTHON_MODEL, staging / "model.py")
+        os.rename(staging, dst)
+    write_text_atomic(cpu_root / model / "config.pbtxt", to_pbtxt(cpu_config(production)))
+    return versions
+
+
+def _same_fs(a: Path, b: Path) -> bool:
+    return os.stat(a).st_dev == os.stat(b).st_dev

@@ -1,0 +1,92 @@
+"""Talking to a running Triton through tritonclient: model control (explicit mode), readiness, config, inference."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from mlrelease.errors import StepError
+
+
+class TritonClient:
+    """A wrapper over `tritonclient.http` that turns transport and server errors into StepErrors naming the cause.
+
+    :param url: base URL, e.g. http://127.0.0.1:8000.
+    :param timeout: seconds per request.
+    """
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        import tritonclient.http as httpclient
+
+        self.url = url.rstrip("/")
+        self._http = httpclient
+        self._client = httpclient.InferenceServerClient(
+            self.url.removeprefix("http://"), connection_timeout=timeout, network_timeout=timeout
+        )
+
+    def _do(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            return call(*args, **kwargs)
+        except InferenceServerException as exc:
+            raise StepError(f"{what} failed on Triton at {self.url}: {exc.message()}") from None
+        except OSError as exc:  # refused / reset / timed out: the server is not there
+            raise StepError(
+                f"Triton at {self.url} is not reachable ({type(exc).__name__}: {exc}); "
+                "start it with `mlrelease triton up`"
+            ) from None
+
+    def ensure_live(self) -> None:
+        """Fail clearly unless the server answers live."""
+        if not self._do("liveness check", self._client.is_server_live):
+            raise StepError(f"Triton at {self.url} is not live")
+
+    def load(self, model: str, config: mc.ModelConfig | None = None) -> None:
+        """Load (or reload) a model, optionally with a config override; a refused load names Triton's reason."""
+        override = None if config is None else json_format.MessageToJson(config, preserving_proto_field_name=True)
+        self._do(f"loading {model}", self._client.load_model, model, config=override)
+
+    def unload(self, model: str) -> None:
+        """Unload every version of a model (asynchronous in Triton)."""
+        self._do(f"unloading {model}", self._client.unload_model, model)
+
+    def version_ready(self, model: str, version: int) -> bool:
+        """Whether a specific version is loaded and ready."""
+        return bool(self._do("readiness check", self._client.is_model_ready, model, str(version)))
+
+    def wait_ready(self, model: str, version: int, timeout_s: float = 60.0) -> None:
+        """Wait for a version to become ready; fail naming it after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.version_ready(model, version):
+                return
+            time.sleep(0.2)
+        raise StepError(f"{model} version {version} did not become ready within {timeout_s:.0f} s")
+
+    def model_config(self, model: str, version: int) -> dict[str, Any]:
+        """The config Triton reports for a loaded version."""
+        return dict(self._do("reading the model config", self._client.get_model_config, model, str(version)))
+
+    def infer(self, model: str, version: int, features: np.ndarray, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """Run one batch through a version; returns each output flattened to 1-D."""
+        batch = self._http.InferInput("features", list(features.shape), "FP32")
+        batch.set_data_from_numpy(features.astype(np.float32), binary_data=True)
+        requested = [self._http.InferRequestedOutput(name, binary_data=True) for name in outputs]
+        result = self._do(
+            f"inference on {model} version {version}",
+            self._client.infer,
+            model,
+            [batch],
+            model_version=str(version),
+            outputs=requested,
+        )
+        return {name: result.as_numpy(name).reshape(-1) for name in outputs}
+
+    def index(self) -> list[dict[str, Any]]:
+        """The repository index: every model/version Triton knows and its state."""
+        return list(self._do("reading the repository index", self._client.get_model_repository_index))

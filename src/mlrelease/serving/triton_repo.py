@@ -1,0 +1,122 @@
+"""The Triton model repository: config.pbtxt built from Triton's own protobuf schema, immutable numbered versions.
+
+Layout (production, GPU):   <root>/<model>/config.pbtxt
+                            <root>/<model>/<version>/model.onnx
+                            <root>/<model>/<version>/model_config.json
+A version directory is written to a temporary sibling and renamed into place, so Triton never sees a
+half-written version, and an existing version is never overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from mlrelease.storage import write_text_atomic
+
+MODEL_FILE = "model.onnx"
+METADATA_FILE = "model_config.json"
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """Production serving parameters for the model's config.pbtxt."""
+
+    max_batch_size: int = 256
+    preferred_batch_sizes: tuple[int, ...] = (16, 64)
+    max_queue_delay_us: int = 500
+    gpu_instances: int = 1
+
+
+def build_config(
+    model: str, n_features: int, outputs: tuple[str, ...], versions: list[int], serving: ServingConfig
+) -> mc.ModelConfig:
+    """The production ModelConfig: ONNX Runtime on GPU, dynamic batching, the listed versions kept loaded."""
+    if not versions:
+        raise ValueError("a model config needs at least one version to serve")
+    config = mc.ModelConfig(name=model, platform="onnxruntime_onnx", max_batch_size=serving.max_batch_size)
+    config.input.add(name="features", data_type=mc.TYPE_FP32, dims=[n_features])
+    for name in outputs:
+        config.output.add(name=name, data_type=mc.TYPE_FP32, dims=[1])
+    config.dynamic_batching.preferred_batch_size.extend(serving.preferred_batch_sizes)
+    config.dynamic_batching.max_queue_delay_microseconds = serving.max_queue_delay_us
+    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=serving.gpu_instances)
+    config.version_policy.specific.versions.extend(sorted(set(versions)))
+    return config
+
+
+def to_pbtxt(config: mc.ModelConfig) -> str:
+    """config.pbtxt text for a ModelConfig."""
+    return text_format.MessageToString(config)
+
+
+def parse_pbtxt(text: str) -> mc.ModelConfig:
+    """A ModelConfig from config.pbtxt text; malformed text raises text_format.ParseError."""
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+def sha256(path: Path) -> str:
+    """Hex SHA-256 of a file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def version_dir(root: Path, model: str, version: int) -> Path:
+    """Directory of one model version."""
+    return root / model / str(version)
+
+
+def write_version(root: Path, model: str, version: int, model_bytes: bytes, metadata: dict[str, Any]) -> bool:
+    """Publish a version atomically; returns False (and changes nothing) when the version already exists."""
+    target = version_dir(root, model, version)
+    if target.exists():
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{version}.staging-"))
+    try:
+        (staging / MODEL_FILE).write_bytes(model_bytes)
+        meta = {**metadata, "version": version, "sha256": sha256(staging / MODEL_FILE)}
+        (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        for path in (staging / MODEL_FILE, staging / METADATA_FILE):
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+        os.rename(staging, target)  # atomic on one filesystem; fails if another writer got there first
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return True
+
+
+def write_config(root: Path, config: mc.ModelConfig) -> Path:
+    """Replace the model's config.pbtxt atomically."""
+    path = root / config.name / "config.pbtxt"
+    write_text_atomic(path, to_pbtxt(config))
+    return path
+
+
+def read_metadata(root: Path, model: str, version: int) -> dict[str, Any]:
+    """A version's model_config.json; a missing version is a FileNotFoundError naming it."""
+    path = version_dir(root, model, version) / METADATA_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"model {model} version {version} is not in the repository {root}")
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def versions_present(root: Path, model: str) -> list[int]:
+    """Published versions of a model (numbered directories, staging directories excluded)."""
+    model_dir = root / model
+    if not model_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())

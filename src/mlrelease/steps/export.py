@@ -1,0 +1,125 @@
+"""Step `export`: ONNX export with checker, shape inference and parity, published as an immutable Triton version."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlrelease.errors import StepError
+from mlrelease.gitinfo import git_commit
+from mlrelease.model.features import FEATURES
+from mlrelease.model.onnx_export import INPUT, OUTPUTS, parity, run_onnx, to_onnx
+from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
+from mlrelease.serving.triton_repo import (
+    ServingConfig,
+    build_config,
+    read_metadata,
+    version_dir,
+    versions_present,
+    write_config,
+    write_version,
+)
+from mlrelease.settings import Settings
+from mlrelease.storage import write_json_atomic
+
+DEFAULT_PARITY_TOLERANCE = 1e-3
+
+
+def model_repository(settings: Settings) -> Path:
+    """The production-format Triton model repository (MLRELEASE_MODEL_REPOSITORY, default under MLRELEASE_HOME)."""
+    return Path(os.environ.get("MLRELEASE_MODEL_REPOSITORY", settings.home / "model_repository")).resolve()
+
+
+def parity_file(settings: Settings, version: int) -> Path:
+    """Where the export keeps the parity sample and its expected outputs for validate-serving."""
+    return settings.home / "exports" / MODEL_NAME / str(version) / "parity.npz"
+
+
+def served_versions(root: Path, registry: Registry, version: int) -> list[int]:
+    """Versions to keep loaded: the champion (if it is in the repository) and the new candidate."""
+    champion = registry.alias_version(CHAMPION)
+    keep = {version}
+    if champion is not None and champion in versions_present(root, MODEL_NAME):
+        keep.add(champion)
+    return sorted(keep)
+
+
+def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARITY_TOLERANCE) -> dict[str, Any]:
+    """Export registered `version`; a rerun for a published version is a no-op that says so."""
+    import mlflow
+
+    root = model_repository(settings)
+    registry = Registry.from_settings(settings)
+    registry.version_tags(version)  # fails clearly for an unknown version
+    if version_dir(root, MODEL_NAME, version).exists():
+        meta = read_metadata(root, MODEL_NAME, version)
+        return {
+            "model_version": version,
+            "status": "already exported; nothing changed",
+            "path": str(version_dir(root, MODEL_NAME, version)),
+            "sha256": meta["sha256"],
+        }
+
+    run_id = registry.run_id(version)
+    model = registry.load_native(version)
+    sample = np.load(
+        mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path="parity_sample.npy", tracking_uri=registry.tracking_uri
+        )
+    )
+    try:
+        model_bytes = to_onnx(model)
+    except Exception as exc:  # checker / shape inference / converter errors
+        registry.tag_version(version, export_status="failed", export_reason=str(exc)[:500])
+        raise StepError(f"ONNX export of version {version} failed: {type(exc).__name__}: {exc}") from None
+    eta, confidence = run_onnx(model_bytes, sample)
+    if not (np.isfinite(eta).all() and np.isfinite(confidence).all()):
+        registry.tag_version(version, export_status="failed", export_reason="non-finite outputs")
+        raise StepError(
+            f"version {version} emits NaN/inf on {int((~np.isfinite(eta)).sum())} of {len(eta)} sample rows"
+        )
+    check = parity(model, model_bytes, sample)
+    if not check.ok(tolerance):
+        registry.tag_version(version, export_status="failed", export_reason="parity")
+        raise StepError(
+            f"ONNX/native parity failed for version {version}: max |diff| eta {check.max_abs_diff_eta:.2e}, "
+            f"confidence {check.max_abs_diff_confidence:.2e} > {tolerance:.0e}"
+        )
+
+    metadata = {
+        "model": MODEL_NAME,
+        "mlflow_run_id": run_id,
+        "git_commit": git_commit(),
+        "input_schema": {"name": INPUT, "datatype": "FP32", "columns": list(FEATURES)},
+        "outputs": list(OUTPUTS),
+        "parity_max_abs_diff": max(check.max_abs_diff_eta, check.max_abs_diff_confidence),
+    }
+    created = write_version(root, MODEL_NAME, version, model_bytes, metadata)
+    config = build_config(MODEL_NAME, len(FEATURES), OUTPUTS, served_versions(root, registry, version), ServingConfig())
+    config_path = write_config(root, config)
+    path = parity_file(settings, version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, features=sample, eta_prediction=eta, confidence_score=confidence)
+    meta = read_metadata(root, MODEL_NAME, version)
+    with mlflow.start_run(run_id=run_id):
+        mlflow.log_artifact(str(version_dir(root, MODEL_NAME, version) / "model.onnx"), "onnx")
+        mlflow.log_artifact(str(config_path), "onnx")
+        mlflow.log_metrics(
+            {
+                "onnx_parity_max_abs_diff_eta": check.max_abs_diff_eta,
+                "onnx_parity_max_abs_diff_confidence": check.max_abs_diff_confidence,
+            }
+        )
+    registry.tag_version(version, export_status="exported", onnx_sha256=meta["sha256"])
+    write_json_atomic(path.with_name("export.json"), meta)
+    return {
+        "model_version": version,
+        "status": "exported" if created else "already exported; nothing changed",
+        "path": str(version_dir(root, MODEL_NAME, version)),
+        "sha256": meta["sha256"],
+        "served_versions": list(config.version_policy.specific.versions),
+        "parity": check.__dict__,
+    }

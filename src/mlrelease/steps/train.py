@@ -1,0 +1,143 @@
+"""Step `train`: fit a candidate on point-in-time features, compare it with the champion, register it as challenger."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlrelease.errors import StepError
+from mlrelease.gitinfo import git_commit
+from mlrelease.model.estimator import EtaModel
+from mlrelease.model.evaluate import decide, holdout_metrics, prefixed
+from mlrelease.model.features import FEATURE_SERVICE, FEATURES, TARGET, encode
+from mlrelease.model.training_data import historical_frame, time_split, training_window
+from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
+from mlrelease.settings import Settings
+from mlrelease.timewindow import Window, run_key
+
+MIN_TRAINING_ROWS = 500
+PARITY_SAMPLE_ROWS = 256
+
+
+def _already_trained(registry: Registry, key: str) -> int | None:
+    """The version an earlier successful attempt of this run registered, if any (reruns are no-ops)."""
+    found = registry.client().search_model_versions(f"name = '{MODEL_NAME}' and tags.data_interval_end = '{key}'")
+    versions = [int(v.version) for v in found]
+    return max(versions) if versions else None
+
+
+def _data_quality_summary(settings: Settings, key: str) -> dict[str, Any] | None:
+    path = settings.artifacts_dir / key / "data_quality" / "validation.json"
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    return {
+        "success": summary["success"],
+        "failures": summary["failures"],
+        "rows": {t: v["rows"] for t, v in summary["tables"].items()},
+    }
+
+
+def train(
+    settings: Settings,
+    window: Window,
+    *,
+    training_days: int = 7,
+    holdout_share: float = 0.2,
+    mae_tolerance: float = 0.05,
+    min_confidence_ratio: float = 1.2,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Train, evaluate, and register the candidate as `challenger`; refuse (fail) with numbers when it is worse."""
+    import mlflow
+
+    began = time.perf_counter()
+    key = run_key(window.end)
+    registry = Registry.from_settings(settings)
+    existing = _already_trained(registry, key)
+    if existing is not None:
+        registry.client().set_registered_model_alias(MODEL_NAME, CHALLENGER, str(existing))
+        return {"model_version": existing, "status": "already trained for this data interval", "run_key": key}
+
+    train_window = training_window(window, training_days)
+    frame = historical_frame(settings, train_window)
+    if len(frame) < MIN_TRAINING_ROWS:
+        raise StepError(
+            f"only {len(frame)} labelled orders in [{train_window.start}, {train_window.end}); "
+            f"need at least {MIN_TRAINING_ROWS}"
+        )
+    fit_part, holdout = time_split(frame, holdout_share)
+    X_fit, y_fit = encode(fit_part), fit_part[TARGET].to_numpy()
+    X_hold, y_hold = encode(holdout), holdout[TARGET].to_numpy()
+
+    model = EtaModel(random_state=seed).fit(X_fit, y_fit)
+    eta, confidence = model.predict_with_confidence(X_hold)
+    metrics = holdout_metrics(eta, confidence, y_hold)
+    champion_version = registry.alias_version(CHAMPION)
+    champion_metrics = None
+    if champion_version is not None:
+        champion = registry.load_native(champion_version)
+        champion_eta, champion_confidence = champion.predict_with_confidence(X_hold)
+        champion_metrics = holdout_metrics(champion_eta, champion_confidence, y_hold)
+    decision = decide(metrics, champion_metrics, mae_tolerance=mae_tolerance, min_confidence_ratio=min_confidence_ratio)
+
+    registry.client()
+    with mlflow.start_run(experiment_id=registry.experiment_id(), run_name=f"train-{key}") as run:
+        mlflow.log_params(
+            {
+                **model.get_params(),
+                "training_start": train_window.start.isoformat(),
+                "training_end": train_window.end.isoformat(),
+                "feature_service": FEATURE_SERVICE,
+                "features": ",".join(FEATURES),
+                "rows_fit": len(fit_part),
+                "rows_holdout": len(holdout),
+                "mae_tolerance": mae_tolerance,
+                "champion_version": champion_version,
+            }
+        )
+        mlflow.log_metrics({**metrics, **prefixed(champion_metrics or {}, "champion_")})
+        mlflow.set_tags(
+            {
+                "git_commit": git_commit(),
+                "data_interval_end": key,
+                "decision_reason": decision.reason,
+                "decision": "accepted" if decision.accepted else "rejected",
+            }
+        )
+        quality = _data_quality_summary(settings, key)
+        if quality is not None:
+            mlflow.log_dict(quality, "data_quality/summary.json")
+        if not decision.accepted:
+            raise StepError(f"candidate refused: {decision.reason}")
+        with tempfile.TemporaryDirectory() as tmp:
+            np.save(Path(tmp) / "parity_sample.npy", X_hold[:PARITY_SAMPLE_ROWS])
+            mlflow.log_artifact(str(Path(tmp) / "parity_sample.npy"))
+        info = mlflow.sklearn.log_model(model, name="model", serialization_format="cloudpickle")
+
+    version = mlflow.register_model(
+        info.model_uri,
+        MODEL_NAME,
+        tags={
+            "data_interval_end": key,
+            "run_id": run.info.run_id,
+            "git_commit": git_commit(),
+        },
+    )
+    registry.client().set_registered_model_alias(MODEL_NAME, CHALLENGER, version.version)
+    return {
+        "model_version": int(version.version),
+        "status": "registered as challenger",
+        "run_id": run.info.run_id,
+        "run_key": key,
+        "metrics": metrics,
+        "champion_version": champion_version,
+        "champion_metrics": champion_metrics,
+        "decision": decision.reason,
+        "duration_s": round(time.perf_counter() - began, 3),
+    }
