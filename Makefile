@@ -83,6 +83,7 @@ lint: setup
 bench: setup
 	python bench/bench_materialize.py
 	python bench/bench_dag_parse.py
+	python bench/bench_serving.py
 
 clean:
 	rm -rf $(MLRELEASE_HOME)

@@ -12,11 +12,20 @@ from pathlib import Path
 import pytest
 
 from mlrelease.data.generate import generate
-from tests.conftest import HISTORY, REPO, ROWS_PER_DAY, WINDOW_END
+from tests.conftest import HISTORY, REPO, ROWS_PER_DAY, WINDOW_END, free_port
 
 pytestmark = pytest.mark.e2e
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
-ORDER = ["apply_features", "materialize", "check_freshness", "validate_data"]
+ORDER = [
+    "apply_features",
+    "materialize",
+    "check_freshness",
+    "validate_data",
+    "train",
+    "export",
+    "validate_serving",
+    "benchmark",
+]
 RUN_DIR = "artifacts/20261129T020000Z"
 
 
@@ -32,6 +41,17 @@ def migrated_airflow_db(tmp_path_factory) -> Path:
     }
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True)
     return home / "airflow.db"
+
+
+@pytest.fixture
+def triton_ports(home, monkeypatch):
+    """A real tritonserver for this test's MLRELEASE_HOME, on free ports, stopped afterwards."""
+    for name in ("HTTP", "GRPC", "METRICS"):
+        monkeypatch.setenv(f"MLRELEASE_TRITON_{name}_PORT", str(free_port()))
+    cli = str(Path(sys.executable).parent / "mlrelease")
+    subprocess.run([cli, "triton", "up"], check=True, capture_output=True, env=os.environ.copy())
+    yield
+    subprocess.run([cli, "triton", "down"], check=True, capture_output=True, env=os.environ.copy())
 
 
 def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -57,7 +77,7 @@ def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedPro
     return proc, outcomes
 
 
-def test_clean_data_runs_green_end_to_end(home_with_data, migrated_airflow_db, receiver):
+def test_clean_data_runs_green_end_to_end(home_with_data, migrated_airflow_db, receiver, triton_ports):
     proc, outcomes = run_dag(home_with_data, migrated_airflow_db, receiver.url)
     assert "state=success" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
     assert [t for t in ORDER if outcomes.get(t, {}).get("status") == "success"] == ORDER
@@ -67,6 +87,18 @@ def test_clean_data_runs_green_end_to_end(home_with_data, migrated_airflow_db, r
     }
     assert (home_with_data / RUN_DIR / "data_quality/report.html").is_file()
     assert receiver.bodies == []
+    # The model half: v1 was trained from this interval, exported, served, benchmarked, and bootstrapped.
+    assert outcomes["train"]["result"]["model_version"] == 1
+    assert outcomes["export"]["result"]["model_version"] == 1  # the version came through XCom
+    assert (home_with_data / "model_repository/parcel_eta/1/model.onnx").is_file()
+    assert outcomes["benchmark"]["result"]["status"].startswith("bootstrap")
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{home_with_data / 'mlflow/mlflow.db'}")
+    run_id = client.get_model_version("parcel_eta", "1").run_id
+    assert int(client.get_model_version_by_alias("parcel_eta", "champion").version) == 1
+    quality = json.loads(Path(client.download_artifacts(run_id, "data_quality/summary.json")).read_text())
+    assert quality["success"] is True and quality["rows"]["orders"] > 0
 
     summary = subprocess.run(
         [str(Path(sys.executable).parent / "mlrelease"), "summary", "--end", WINDOW_END],
@@ -75,7 +107,7 @@ def test_clean_data_runs_green_end_to_end(home_with_data, migrated_airflow_db, r
         text=True,
         check=True,
     ).stdout
-    assert "result: ok" in summary and "validate_data    ok" in summary
+    assert "result: ok" in summary and "validate_data    ok" in summary and "benchmark        ok" in summary
 
 
 @pytest.mark.parametrize(

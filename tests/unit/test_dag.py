@@ -36,11 +36,21 @@ def test_nightly_release_wiring_schedule_and_params():
     dag = DagBag(dag_folder=str(REPO / "dags")).dags["nightly_release"]
     assert dag.max_active_runs == 1 and dag.catchup is False
     assert dag.timetable.expression == "0 2 * * *" and str(dag.timetable.timezone) == "UTC"
-    order = ["apply_features", "materialize", "check_freshness", "validate_data"]
+    order = [
+        "apply_features",
+        "materialize",
+        "check_freshness",
+        "validate_data",
+        "train",
+        "export",
+        "validate_serving",
+        "benchmark",
+    ]
     for upstream, downstream in zip(order, order[1:], strict=False):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     params = dag.params
     assert params["reference_days"] == 7 and params["psi_threshold"] == 0.25
+    assert params["max_p99_ratio"] == 1.10 and params["min_throughput_ratio"] == 0.90 and params["training_days"] == 7
     assert params.get_param("reference_days").schema["type"] == "integer"
     for task in dag.tasks:
         assert task.on_failure_callback, f"{task.task_id} has no failure alert"

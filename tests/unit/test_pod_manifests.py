@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import yaml
 
@@ -43,19 +41,23 @@ def test_window_arguments_render_from_the_run(monkeypatch):
     ]
 
 
-def test_gpu_step_requests_a_gpu_on_gpu_nodes(monkeypatch):
-    gpu = dataclasses.replace(
-        STEPS["validate-data"],
-        step="benchmark",
-        resources=dataclasses.replace(STEPS["validate-data"].resources, gpus=1),
-    )
-    monkeypatch.setitem(STEPS, "benchmark", gpu)
+def test_benchmark_pod_asks_for_a_gpu_on_gpu_nodes_with_the_perf_image():
     manifest = render_manifest("benchmark")
     assert validation_errors(manifest, K8S_VERSION) == []
     main = manifest["spec"]["containers"][0]
+    assert main["image"] == "ghcr.io/mlrelease/perf:0.1.0"
     assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert main["args"][:2] == ["--model-version", "7"]  # rendered from train's XCom
     assert manifest["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert manifest["spec"]["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+
+
+def test_cpu_steps_stay_off_gpu_nodes():
+    for step in ("train", "export", "validate-serving", "materialize"):
+        spec = render_manifest(step)["spec"]
+        assert "nvidia.com/gpu" not in spec["containers"][0]["resources"]["limits"]
+        assert not spec.get("nodeSelector") and not spec.get("tolerations")
+        assert spec["containers"][0]["image"] == "ghcr.io/mlrelease/step:0.1.0"
 
 
 def test_validation_catches_a_broken_manifest():

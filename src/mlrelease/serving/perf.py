@@ -51,7 +51,14 @@ class PerfSettings:
 
 
 def run_perf_analyzer(
-    binary: Path, env: dict[str, str], url: str, model: str, version: int, out_csv: Path, settings: PerfSettings
+    binary: Path,
+    env: dict[str, str],
+    url: str,
+    model: str,
+    version: int,
+    out_csv: Path,
+    settings: PerfSettings,
+    protocol: str = "http",
 ) -> tuple[list[Level], int]:
     """Measure one version; retries an unstable measurement with a looser stability; returns levels and the % used."""
     if not binary.is_file():
@@ -67,7 +74,7 @@ def run_perf_analyzer(
             "-u",
             url.removeprefix("http://"),
             "-i",
-            "http",
+            protocol,
             "--concurrency-range",
             settings.concurrency_range,
             "--measurement-interval",

@@ -1,0 +1,246 @@
+"""Train → export → validate-serving → benchmark against a real Triton server and the real perf_analyzer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlrelease.data.generate import generate
+from mlrelease.errors import StepError
+from mlrelease.model.features import FEATURES
+from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
+from mlrelease.serving import local_triton
+from mlrelease.serving.perf import PerfSettings
+from mlrelease.serving.triton_client import TritonClient
+from mlrelease.serving.triton_repo import parse_pbtxt, version_dir
+from mlrelease.settings import Settings
+from mlrelease.steps.apply_features import apply_features
+from mlrelease.steps.benchmark import benchmark
+from mlrelease.steps.export import export, model_repository, parity_file
+from mlrelease.steps.train import train
+from mlrelease.steps.validate_serving import validate_serving
+from mlrelease.timewindow import Window
+from tests.conftest import HISTORY, WINDOW_END, WINDOW_START, free_port
+
+pytestmark = pytest.mark.integration
+WINDOW = Window.parse(WINDOW_START, WINDOW_END)
+NEXT_WINDOW = Window(WINDOW.start + timedelta(days=1), WINDOW.end + timedelta(days=1))
+FAST_PERF = PerfSettings(measurement_interval_ms=500, rounds=2)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Iterator[Settings]:
+    """One MLRELEASE_HOME with history, applied features, a real tritonserver, and v1 bootstrapped to champion."""
+    home = tmp_path_factory.mktemp("model-world")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLRELEASE_HOME", str(home))
+        mp.setenv("MLRELEASE_XCOM_PATH", str(home / "xcom.json"))
+        for name in ("HTTP", "GRPC", "METRICS"):
+            mp.setenv(f"MLRELEASE_TRITON_{name}_PORT", str(free_port()))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        mp.delenv("MLRELEASE_TRITON_URL", raising=False)
+        mp.chdir(home)
+        generate(home / "data/offline", HISTORY[0], HISTORY[1] + timedelta(days=1), rows_per_day=500, seed=3)
+        settings = Settings.from_env()
+        apply_features(settings)
+        local_triton.up(settings)
+        try:
+            yield settings
+        finally:
+            local_triton.down(settings)
+
+
+@pytest.fixture(scope="module")
+def bootstrapped(world) -> dict:
+    """v1 trained, exported, validated on Triton and benchmarked; with no champion it becomes champion."""
+    trained = train(world, WINDOW)
+    version = trained["model_version"]
+    return {
+        "train": trained,
+        "export": export(world, version),
+        "validate": validate_serving(world, version),
+        "benchmark": benchmark(world, version, perf=FAST_PERF),
+    }
+
+
+def _client() -> TritonClient:
+    return TritonClient(local_triton.Ports.from_env().http_url)
+
+
+def test_bootstrap_chain(world, bootstrapped):
+    registry = Registry.from_settings(world)
+    assert bootstrapped["train"]["model_version"] == 1
+    assert bootstrapped["train"]["decision"].startswith("bootstrap: no champion yet")
+    assert bootstrapped["train"]["metrics"]["confidence_error_ratio"] > 1.2
+    assert registry.alias_version(CHALLENGER) == 1 and registry.alias_version(CHAMPION) == 1
+    assert bootstrapped["benchmark"]["status"].startswith("bootstrap")
+    tags = registry.version_tags(1)
+    assert tags["validation_status"] == "passed" and tags["benchmark_status"] == "passed"
+    assert tags["export_status"] == "exported"
+
+    run = registry.client().get_run(registry.run_id(1))
+    assert run.data.tags["decision"] == "accepted" and len(run.data.tags["git_commit"]) >= 7
+    assert run.data.params["feature_service"] == "parcel_eta_v1"
+    assert {"mae", "p90_abs_error", "confidence_error_ratio", "perf_p99_us_c1"} <= set(run.data.metrics)
+    artifacts = {a.path for a in registry.client().list_artifacts(run.info.run_id, "benchmark")}
+    assert "benchmark/latency_vs_concurrency.png" in artifacts and any(a.endswith(".csv") for a in artifacts)
+
+    root = model_repository(world)
+    meta = json.loads((version_dir(root, MODEL_NAME, 1) / "model_config.json").read_text())
+    assert meta["mlflow_run_id"] == run.info.run_id and meta["input_schema"]["columns"] == list(FEATURES)
+    assert len(meta["sha256"]) == 64
+
+
+def test_served_config_matches_what_we_wrote(world, bootstrapped):
+    written = parse_pbtxt((model_repository(world) / MODEL_NAME / "config.pbtxt").read_text())
+    reported = _client().model_config(MODEL_NAME, 1)
+    assert reported["max_batch_size"] == written.max_batch_size
+    assert [(i["name"], [int(d) for d in i["dims"]], i["data_type"]) for i in reported["input"]] == [
+        ("features", [len(FEATURES)], "TYPE_FP32")
+    ]
+    assert sorted(o["name"] for o in reported["output"]) == ["confidence_score", "eta_prediction"]
+    assert int(reported["dynamic_batching"]["max_queue_delay_microseconds"]) == 500
+    assert reported["backend"] == "python"  # the local CPU translation of the onnxruntime config
+
+
+def test_reruns_are_no_ops(world, bootstrapped):
+    again = train(world, WINDOW)
+    assert again["model_version"] == 1 and again["status"] == "already trained for this data interval"
+    onnx_file = version_dir(model_repository(world), MODEL_NAME, 1) / "model.onnx"
+    before = onnx_file.stat().st_mtime_ns
+    assert export(world, 1)["status"] == "already exported; nothing changed"
+    assert onnx_file.stat().st_mtime_ns == before
+
+
+def test_refused_candidate_registers_nothing(world, bootstrapped):
+    registry = Registry.from_settings(world)
+    versions_before = len(registry.client().search_model_versions(f"name = '{MODEL_NAME}'"))
+    with pytest.raises(StepError, match="candidate refused: confidence does not track error"):
+        train(world, Window(WINDOW.start, WINDOW.end + timedelta(hours=1)), min_confidence_ratio=100)
+    assert len(registry.client().search_model_versions(f"name = '{MODEL_NAME}'")) == versions_before
+    rejected = registry.client().search_runs([registry.experiment_id()], "tags.decision = 'rejected'")
+    assert rejected and rejected[0].info.status == "FAILED"
+    assert "candidate_" not in rejected[0].data.tags.get("decision_reason", "candidate_")
+
+
+def _register_copy(world: Settings, tweak) -> int:
+    """Register a copy of v1's model, changed by `tweak`, as a new version with its own run (for bad inputs)."""
+    import mlflow
+
+    registry = Registry.from_settings(world)
+    model = registry.load_native(1)
+    tweak(model)
+    with mlflow.start_run(experiment_id=registry.experiment_id(), run_name="bad-input") as run:
+        mlflow.log_artifact(_sample_file(world), "")
+        info = mlflow.sklearn.log_model(model, name="model", serialization_format="cloudpickle")
+    version = int(mlflow.register_model(info.model_uri, MODEL_NAME).version)
+    assert run.info.run_id
+    return version
+
+
+def _sample_file(world: Settings) -> str:
+    path = Path(world.home) / "parity_sample.npy"
+    if not path.exists():
+        np.save(path, np.load(parity_file(world, 1))["features"])
+    return str(path)
+
+
+def test_nan_emitting_model_is_refused_at_export(world, bootstrapped):
+    version = _register_copy(world, lambda m: setattr(m, "k_", float("nan")))
+    with pytest.raises(StepError, match=f"version {version} emits NaN/inf"):
+        export(world, version)
+    assert Registry.from_settings(world).version_tags(version)["export_status"] == "failed"
+    assert not version_dir(model_repository(world), MODEL_NAME, version).exists()
+
+
+def _publish_broken(world: Settings, version: int, model_bytes: bytes) -> None:
+    """Put a version into the repository (and its served set) as a broken export would."""
+    from mlrelease.serving.triton_repo import write_config, write_version
+
+    root = model_repository(world)
+    write_version(root, MODEL_NAME, version, model_bytes, {"note": "deliberately broken"})
+    config = parse_pbtxt((root / MODEL_NAME / "config.pbtxt").read_text())
+    config.version_policy.specific.versions.append(version)
+    write_config(root, config)
+    expected = np.load(parity_file(world, 1))
+    parity_file(world, version).parent.mkdir(parents=True, exist_ok=True)
+    np.savez(parity_file(world, version), **{k: expected[k] for k in expected.files})
+
+
+@pytest.mark.parametrize("breakage", ["corrupted model.onnx", "mismatched input dims"])
+def test_broken_version_fails_serving_and_champion_keeps_serving(world, bootstrapped, breakage):
+    from mlrelease.model.estimator import EtaModel
+    from mlrelease.model.onnx_export import to_onnx
+
+    version = _register_copy(world, lambda m: None)
+    if breakage == "corrupted model.onnx":
+        model_bytes = (version_dir(model_repository(world), MODEL_NAME, 1) / "model.onnx").read_bytes()[:2000]
+    else:
+        rng = np.random.default_rng(0)
+        narrow = EtaModel(max_iter=5).fit(rng.random((300, len(FEATURES) - 1)), rng.random(300))
+        model_bytes = to_onnx(narrow)
+    _publish_broken(world, version, model_bytes)
+    with pytest.raises(StepError, match=f"version {version} failed serving validation"):
+        validate_serving(world, version)
+    client = _client()
+    assert client.version_ready(MODEL_NAME, 1), "the champion must keep serving"
+    assert not client.version_ready(MODEL_NAME, version)
+    answer = client.infer(MODEL_NAME, 1, np.load(parity_file(world, 1))["features"][:3], ("eta_prediction",))
+    assert np.isfinite(answer["eta_prediction"]).all()
+    served = parse_pbtxt((model_repository(world) / MODEL_NAME / "config.pbtxt").read_text())
+    assert version not in served.version_policy.specific.versions
+    assert Registry.from_settings(world).version_tags(version)["validation_status"] == "failed"
+
+
+def test_second_candidate_is_benchmarked_against_the_champion(world, bootstrapped):
+    trained = train(world, NEXT_WINDOW)
+    version = trained["model_version"]
+    assert trained["champion_version"] == 1 and "vs champion" in trained["decision"]
+    exported = export(world, version)
+    assert exported["served_versions"] == [1, version]
+    validate_serving(world, version)
+    # The gate's arithmetic is unit-tested; here the thresholds are loose so a noisy machine cannot flake it.
+    result = benchmark(world, version, max_p99_ratio=5.0, min_throughput_ratio=0.2, perf=FAST_PERF)
+    assert result["status"] == "passed" and result["rounds"] == 2
+    assert set(result["levels"]) == {f"challenger v{version}", "champion v1"}
+    assert [lv["concurrency"] for lv in result["levels"]["champion v1"]] == [1, 4]
+    assert Registry.from_settings(world).alias_version(CHAMPION) == 1  # promotion is not the benchmark's job
+
+
+def test_triton_down_is_a_clear_error(world, bootstrapped, monkeypatch):
+    monkeypatch.setenv("MLRELEASE_TRITON_HTTP_PORT", str(free_port()))
+    with pytest.raises(StepError, match=r"Triton at http://127.0.0.1:\d+ is not reachable.*mlrelease triton up"):
+        validate_serving(world, 1)
+
+
+def test_perf_analyzer_failure_is_reported(world, bootstrapped, tmp_path):
+    from mlrelease.serving.local_triton import TritonPaths, toolchain_env
+    from mlrelease.serving.perf import run_perf_analyzer
+
+    paths = TritonPaths.from_settings(world)
+    with pytest.raises(StepError, match="perf_analyzer failed on no_such_model version 1"):
+        run_perf_analyzer(
+            paths.perf_analyzer,
+            toolchain_env(paths),
+            local_triton.Ports.from_env().http_url,
+            "no_such_model",
+            1,
+            tmp_path / "x.csv",
+            FAST_PERF,
+        )
+
+
+def test_champion_missing_from_the_repository_is_named(world, bootstrapped):
+    registry = Registry.from_settings(world)
+    ghost = _register_copy(world, lambda m: None)
+    registry.client().set_registered_model_alias(MODEL_NAME, CHAMPION, str(ghost))
+    try:
+        with pytest.raises(StepError, match=f"version {ghost} is not in the model repository"):
+            benchmark(world, 1, perf=FAST_PERF)
+    finally:
+        registry.client().set_registered_model_alias(MODEL_NAME, CHAMPION, "1")
