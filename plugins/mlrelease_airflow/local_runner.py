@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic
 from mlrelease.timewindow import run_key
 from mlrelease_airflow.pod_spec import StepPod
+
+EXIT_GATE_FAILED = 3  # mlrelease.cli: a gate decided against the data or the model
 
 
 def resolve_entrypoint(command: str) -> str:
@@ -49,6 +51,15 @@ class LocalStepOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         """Run the step; fail with its one-line error; return (and record) its JSON result."""
+        try:
+            result = self._run(context)
+        except AirflowException as exc:
+            self._record(context, {"status": "failed", "error": str(exc)})
+            raise
+        self._record(context, {"status": "success", "result": result})
+        return result
+
+    def _run(self, context: Any) -> Any:
         cmds = self.pod.cmds
         argv = [resolve_entrypoint(cmds[0]), *cmds[1:], *[str(a) for a in self.arguments]]
         with tempfile.TemporaryDirectory(prefix="mlrelease-xcom-") as tmp:
@@ -62,15 +73,14 @@ class LocalStepOperator(BaseOperator):
                 if proc.stderr:
                     self.log.error("%s", proc.stderr.rstrip())
                 error = _error_line(proc.stderr) or f"step {self.pod.step} exited {proc.returncode}"
-                self._record(context, {"status": "failed", "error": error})
-                raise AirflowException(error)
+                # A gate's verdict (exit 3) would be the same on every try: fail without retrying.
+                raise (AirflowFailException if proc.returncode == EXIT_GATE_FAILED else AirflowException)(error)
             if proc.stderr:
                 self.log.info("%s", proc.stderr.rstrip())
-            if not xcom_path.is_file():
-                raise AirflowException(f"step {self.pod.step} succeeded but wrote no result to {xcom_path}")
-            result = json.loads(xcom_path.read_text(encoding="utf-8"))
-        self._record(context, {"status": "success", "result": result})
-        return result
+            try:
+                return json.loads(xcom_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise AirflowException(f"step {self.pod.step} succeeded but its result is unreadable: {exc}") from None
 
     def _record(self, context: Any, outcome: dict[str, Any]) -> None:
         """Keep the step outcome under the run's artifact folder, for `mlrelease summary`."""

@@ -12,9 +12,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from mlrelease.errors import StepError
+from mlrelease.errors import GateFailed, StepError
 from mlrelease.settings import Settings
 from mlrelease.timewindow import Window, parse_date, parse_timestamp
+
+EXIT_STEP_ERROR = 2  # something to fix or retry
+EXIT_GATE_FAILED = 3  # a gate's verdict: retrying the same inputs gives the same answer
 
 
 def _cmd_generate(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -212,9 +215,12 @@ def run(handler: Callable[[argparse.Namespace, Settings], dict[str, Any]], args:
     try:
         settings = Settings.from_env()
         result = handler(args, settings)
+    except GateFailed as exc:
+        print(f"{label}: error: {exc}", file=sys.stderr)
+        return EXIT_GATE_FAILED
     except (StepError, ValueError) as exc:
         print(f"{label}: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_STEP_ERROR
     if getattr(args, "result_to_xcom", True):
         from mlrelease.xcom import write_result
 

@@ -41,6 +41,17 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def write_npz_atomic(path: Path, **arrays: Any) -> None:
+    """Write numpy arrays to an .npz file atomically."""
+    import numpy as np
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:  # a file object: np.savez would append ".npz" to a path
+            np.savez(fh, **arrays)
+
+    _atomic_replace(path, write)
+
+
 def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
     """Write a DataFrame to parquet atomically."""
     _atomic_replace(path, lambda tmp: frame.to_parquet(tmp, index=False))

@@ -90,8 +90,8 @@ def format_summary(settings: Settings, end: datetime) -> str:
                     f"  {name:<32} {lv['concurrency']:>11}  {lv['throughput']:>7.0f}  "
                     f"{lv['p50_us'] / 1000:>7.2f}  {lv['p99_us'] / 1000:>7.2f}"
                 )
-    failed = any(o["status"] != "success" for o in outcomes.values())
-    lines += ["", f"result: {'FAILED' if failed or not outcomes else 'ok'}", f"artifacts: {run_dir}"]
+    complete = all(outcomes.get(task, {}).get("status") == "success" for task in TASK_ORDER)
+    lines += ["", f"result: {'ok' if complete else 'FAILED'}", f"artifacts: {run_dir}"]
     for name in ("data_quality/report.html", "freshness.prom"):
         if (run_dir / name).exists():
             lines.append(f"  {Path(run_dir / name)}")

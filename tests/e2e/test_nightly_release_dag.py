@@ -12,20 +12,12 @@ from pathlib import Path
 import pytest
 
 from mlrelease.data.generate import generate
+from mlrelease.summary import TASK_ORDER
 from tests.conftest import HISTORY, REPO, ROWS_PER_DAY, WINDOW_END, free_port
 
 pytestmark = pytest.mark.e2e
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
-ORDER = [
-    "apply_features",
-    "materialize",
-    "check_freshness",
-    "validate_data",
-    "train",
-    "export",
-    "validate_serving",
-    "benchmark",
-]
+ORDER = list(TASK_ORDER)
 RUN_DIR = "artifacts/20261129T020000Z"
 
 

@@ -60,10 +60,7 @@ def test_materialize_loads_the_window_and_is_idempotent(home_with_data):
     late_pkg = int(late[late.event_timestamp > pd.Timestamp(WINDOW_END)].iloc[0].package_id)
     assert _online_rows(store, [{**entity, "package_id": late_pkg}])["weight_kg"].isna().all()
 
-    second = materialize(settings, WINDOW, OVERLAP)
-    assert second["views"].keys() == first["views"].keys()
-    for view in first["views"]:
-        assert second["views"][view]["rows_written"] == first["views"][view]["rows_written"]
+    materialize(settings, WINDOW, OVERLAP)  # the rerun must leave the online store exactly as it was
     pd.testing.assert_frame_equal(_online_rows(open_store(settings), [entity]), before)
 
     fresh = check_freshness(settings, parse_timestamp(WINDOW_END))

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from mlrelease_airflow.catalog import STEPS
 from mlrelease_airflow.local_runner import LocalStepOperator
@@ -38,3 +38,12 @@ def test_failure_raises_the_steps_one_line_error(home_with_data):
         op.execute({"data_interval_end": END})
     recorded = json.loads((home_with_data / "artifacts/20261129T020000Z/steps/check_freshness.json").read_text())
     assert recorded["status"] == "failed" and "bad --end" in recorded["error"]
+
+
+def test_a_gate_verdict_fails_without_retry(home_with_data):
+    LocalStepOperator(task_id="apply_features", pod=STEPS["apply-features"]).execute({"data_interval_end": END})
+    op = LocalStepOperator(task_id="check_freshness", pod=STEPS["check-freshness"])
+    op.arguments = ["--end", "2026-11-29T02:00:00+00:00"]
+    # Nothing was materialized: a verdict (exit 3), which retrying cannot change.
+    with pytest.raises(AirflowFailException, match="stale features .* never materialized"):
+        op.execute({"data_interval_end": END})

@@ -113,8 +113,23 @@ def test_reruns_are_no_ops(world, bootstrapped):
     assert again["model_version"] == 1 and again["status"] == "already trained for this data interval"
     onnx_file = version_dir(model_repository(world), MODEL_NAME, 1) / "model.onnx"
     before = onnx_file.stat().st_mtime_ns
-    assert export(world, 1)["status"] == "already exported; nothing changed"
+    parity_file(world, 1).unlink()  # as if the first try died after publishing the version
+    assert export(world, 1)["status"] == "already exported; version files unchanged"
     assert onnx_file.stat().st_mtime_ns == before
+    assert parity_file(world, 1).is_file(), "a rerun completes what an interrupted export left undone"
+
+
+def test_repository_version_from_another_run_is_refused(world, bootstrapped):
+    import shutil
+
+    version = _register_copy(world, lambda m: None)
+    root = model_repository(world)
+    shutil.copytree(version_dir(root, MODEL_NAME, 1), version_dir(root, MODEL_NAME, version))
+    try:
+        with pytest.raises(StepError, match="the repository and the registry disagree"):
+            export(world, version)
+    finally:
+        shutil.rmtree(version_dir(root, MODEL_NAME, version))
 
 
 def test_refused_candidate_registers_nothing(world, bootstrapped):
@@ -125,7 +140,7 @@ def test_refused_candidate_registers_nothing(world, bootstrapped):
     assert len(registry.client().search_model_versions(f"name = '{MODEL_NAME}'")) == versions_before
     rejected = registry.client().search_runs([registry.experiment_id()], "tags.decision = 'rejected'")
     assert rejected and rejected[0].info.status == "FAILED"
-    assert "candidate_" not in rejected[0].data.tags.get("decision_reason", "candidate_")
+    assert rejected[0].data.tags["decision_reason"].startswith("confidence does not track error")
 
 
 def _register_copy(world: Settings, tweak) -> int:
@@ -212,10 +227,14 @@ def test_second_candidate_is_benchmarked_against_the_champion(world, bootstrappe
     assert Registry.from_settings(world).alias_version(CHAMPION) == 1  # promotion is not the benchmark's job
 
 
-def test_triton_down_is_a_clear_error(world, bootstrapped, monkeypatch):
+def test_triton_down_is_a_clear_error_that_changes_nothing(world, bootstrapped, monkeypatch):
+    config_file = model_repository(world) / MODEL_NAME / "config.pbtxt"
+    before = config_file.read_text()
     monkeypatch.setenv("MLRELEASE_TRITON_HTTP_PORT", str(free_port()))
     with pytest.raises(StepError, match=r"Triton at http://127.0.0.1:\d+ is not reachable.*mlrelease triton up"):
         validate_serving(world, 1)
+    assert config_file.read_text() == before  # an outage is not a verdict: a retry can still succeed
+    assert Registry.from_settings(world).version_tags(1)["validation_status"] == "passed"
 
 
 def test_perf_analyzer_failure_is_reported(world, bootstrapped, tmp_path):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from mlrelease.summary import TASK_ORDER
 from tests.conftest import REPO
 
 HEAVY = [
@@ -46,6 +47,7 @@ def test_nightly_release_wiring_schedule_and_params():
         "validate_serving",
         "benchmark",
     ]
+    assert order == list(TASK_ORDER)  # the summary reports in the DAG's order
     for upstream, downstream in zip(order, order[1:], strict=False):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
     params = dag.params

@@ -33,9 +33,9 @@ def test_equal_models_pass_and_slow_or_weak_ones_fail():
     same = compare([_round(1000, 1050)], champion, max_p99_ratio=1.1, min_throughput_ratio=0.9)
     assert same.passed and same.worst_p99_ratio == pytest.approx(1.05)
     slow = compare([_round(1000, 3000)], champion, max_p99_ratio=1.1, min_throughput_ratio=0.9)
-    assert not slow.passed and "p99 latency ratio 3.00 > 1.10" in slow.reason
+    assert not slow.passed and "concurrency 1: p99 latency ratio 3.00 > 1.10" in slow.reason
     weak = compare([_round(500, 1000)], champion, max_p99_ratio=1.1, min_throughput_ratio=0.9)
-    assert not weak.passed and "throughput ratio 0.50 < 0.90" in weak.reason
+    assert not weak.passed and "concurrency 1: throughput ratio 0.50 < 0.90" in weak.reason
 
 
 def test_measurement_noise_widens_the_allowance_but_not_for_a_real_regression():
@@ -44,6 +44,14 @@ def test_measurement_noise_widens_the_allowance_but_not_for_a_real_regression():
     assert within_noise.passed and within_noise.p99_noise == pytest.approx(1.4)
     three_x = compare([_round(900, 3600)], noisy_champion, max_p99_ratio=1.1, min_throughput_ratio=0.9)
     assert not three_x.passed
+
+
+def test_one_wild_champion_round_cannot_let_a_regression_through():
+    # The champion's p99 once spiked 3x; without a cap that spike would excuse a 2.9x slower candidate.
+    champion = [_round(1000, 1000), _round(1000, 1000), _round(1000, 3000)]
+    verdict = compare([_round(400, 2900)], champion, max_p99_ratio=1.1, min_throughput_ratio=0.9)
+    assert not verdict.passed and verdict.p99_noise == pytest.approx(1.5)
+    assert "p99 latency ratio 2.90 > 1.50" in verdict.reason and "throughput ratio 0.40 < 0.90" in verdict.reason
 
 
 def test_median_levels_and_no_common_level():

@@ -9,8 +9,10 @@ import pandas as pd
 from mlrelease.errors import StepError
 from mlrelease.model.features import ENTITY_KEYS, FEATURE_SERVICE, TARGET
 from mlrelease.settings import Settings
-from mlrelease.sources import read_window
+from mlrelease.sources import covered_hours, read_window
 from mlrelease.timewindow import Window
+
+MIN_COVERAGE = 0.9  # train only when at least 90 % of the training window's days are present
 
 
 def training_window(window: Window, days: int) -> Window:
@@ -22,6 +24,13 @@ def historical_frame(settings: Settings, train_window: Window) -> pd.DataFrame:
     """Each order in the window with its label and the feature values as of the order's event time."""
     from mlrelease.feast_store import open_store
 
+    covered = covered_hours(settings.offline_dir / "orders", train_window)
+    wanted = (train_window.end - train_window.start).total_seconds() / 3600
+    if covered < MIN_COVERAGE * wanted:
+        raise StepError(
+            f"orders cover only {covered:.0f}h of the {wanted:.0f}h training window "
+            f"[{train_window.start}, {train_window.end}): load the missing days or lower --training-days"
+        )
     orders = read_window(settings.offline_dir / "orders", train_window, allow_missing=True)
     if orders.empty:
         raise StepError(f"no orders in the training window [{train_window.start}, {train_window.end})")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from mlrelease.serving.triton_repo import MODEL_FILE, parse_pbtxt, to_pbtxt, versions_present
+from mlrelease.serving.triton_repo import MODEL_FILE, parse_pbtxt, sha256, to_pbtxt, versions_present
 from mlrelease.storage import write_text_atomic
 
 PYTHON_MODEL = Path(__file__).with_name("onnx_python_model.py")
@@ -38,8 +38,9 @@ def sync_cpu_repository(production_root: Path, cpu_root: Path, model: str) -> li
     versions = versions_present(production_root, model)
     for version in versions:
         src, dst = production_root / model / str(version), cpu_root / model / str(version)
-        if (dst / MODEL_FILE).exists():
+        if _mirrors(src, dst):
             continue
+        shutil.rmtree(dst, ignore_errors=True)  # stale: a reset repository reused the number, or model.py changed
         staging = cpu_root / model / f".{version}.staging"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
@@ -51,6 +52,16 @@ def sync_cpu_repository(production_root: Path, cpu_root: Path, model: str) -> li
         os.rename(staging, dst)
     write_text_atomic(cpu_root / model / "config.pbtxt", to_pbtxt(cpu_config(production)))
     return versions
+
+
+def _mirrors(src: Path, dst: Path) -> bool:
+    """Whether the CPU version directory already serves exactly the production bytes with the current model.py."""
+    if not (dst / MODEL_FILE).is_file() or not (dst / "model.py").is_file():
+        return False
+    same_model = os.path.samefile(src / MODEL_FILE, dst / MODEL_FILE) or sha256(src / MODEL_FILE) == sha256(
+        dst / MODEL_FILE
+    )
+    return same_model and (dst / "model.py").read_bytes() == PYTHON_MODEL.read_bytes()
 
 
 def _same_fs(a: Path, b: Path) -> bool:

@@ -74,8 +74,8 @@ class TritonPaths:
 
 def toolchain_env(paths: TritonPaths) -> dict[str, str]:
     """Environment for tritonserver and perf_analyzer: their bundled libs, the venv's libpython and CUDA runtime."""
-    if not paths.server_binary.is_file():
-        raise StepError(f"tritonserver not found at {paths.server_binary}: build the toolchain with `make setup`")
+    if not (paths.venv / "bin" / "python").is_file():
+        raise StepError(f"the Triton toolchain environment {paths.venv} is missing: build it with `make setup`")
     libdir = subprocess.run(
         [str(paths.venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
         capture_output=True,
@@ -128,15 +128,33 @@ class Ports:
         return f"http://127.0.0.1:{self.http}"
 
 
+def perf_analyzer_command(settings: Settings) -> tuple[Path, dict[str, str]]:
+    """perf_analyzer and its environment: MLRELEASE_PERF_ANALYZER, else the one on PATH when talking to a
+    cluster's Triton (the Triton SDK image), else the embedded toolchain's."""
+    explicit = os.environ.get("MLRELEASE_PERF_ANALYZER")
+    if explicit:
+        return Path(explicit), dict(os.environ)
+    if os.environ.get("MLRELEASE_TRITON_URL"):
+        found = shutil.which("perf_analyzer")
+        if found is None:
+            raise StepError("perf_analyzer is not on PATH: use the perf image or set MLRELEASE_PERF_ANALYZER")
+        return Path(found), dict(os.environ)
+    paths = TritonPaths.from_settings(settings)
+    return paths.perf_analyzer, toolchain_env(paths)
+
+
 def _running_pid(paths: TritonPaths) -> int | None:
+    """The recorded server's pid if that process is alive and really is a tritonserver (not a zombie, not reused)."""
     if not paths.pid_file.is_file():
         return None
     pid = int(paths.pid_file.read_text().strip())
+    proc = Path(f"/proc/{pid}")
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmdline = (proc / "cmdline").read_bytes()
+    except (OSError, IndexError):
         return None
-    return pid
+    return pid if state != "Z" and b"tritonserver" in cmdline else None
 
 
 def is_ready(ports: Ports) -> bool:
@@ -151,8 +169,18 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
     """Start tritonserver in explicit model-control mode unless it already runs; wait until ready."""
     paths, ports = TritonPaths.from_settings(settings), Ports.from_env()
     pid = _running_pid(paths)
-    if pid is not None and is_ready(ports):
+    if pid is not None:  # ours is running (maybe still starting): never start a second one
+        deadline = time.monotonic() + timeout_s
+        while not is_ready(ports):
+            if time.monotonic() > deadline or _running_pid(paths) is None:
+                raise StepError(
+                    f"tritonserver pid {pid} runs but is not ready on {ports.http_url} "
+                    f"(log {paths.log_file}); stop it with `mlrelease triton down`"
+                )
+            time.sleep(0.2)
         return {"status": "already running", "pid": pid, "url": ports.http_url}
+    if not paths.server_binary.is_file():
+        raise StepError(f"tritonserver not found at {paths.server_binary}: build the toolchain with `make setup`")
     env = toolchain_env(paths)
     prepare_backends(paths)
     paths.cpu_repository.mkdir(parents=True, exist_ok=True)
@@ -171,16 +199,17 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
     ]
     with open(paths.log_file, "ab") as log:
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    paths.pid_file.write_text(str(proc.pid))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = paths.log_file.read_text(errors="replace").splitlines()[-5:]
             raise StepError(f"tritonserver exited with {proc.returncode}: {' | '.join(tail)}")
         if is_ready(ports):
+            paths.pid_file.write_text(str(proc.pid))  # recorded only once it is a working server
             return {"status": "started", "pid": proc.pid, "url": ports.http_url, "log": str(paths.log_file)}
         time.sleep(0.2)
     proc.kill()
+    proc.wait()
     raise StepError(f"tritonserver did not become ready within {timeout_s:.0f} s (log {paths.log_file})")
 
 
@@ -191,14 +220,23 @@ def down(settings: Settings, timeout_s: float = 20.0) -> dict[str, Any]:
     if pid is None:
         paths.pid_file.unlink(missing_ok=True)
         return {"status": "not running"}
-    os.killpg(pid, signal.SIGTERM)
+    os.killpg(pid, signal.SIGTERM)  # its own session: the python-backend stubs go with it
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and _running_pid(paths) is not None:
         time.sleep(0.2)
     if _running_pid(paths) is not None:
         os.killpg(pid, signal.SIGKILL)
+    _reap(pid)
     paths.pid_file.unlink(missing_ok=True)
     return {"status": "stopped", "pid": pid}
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status when the server was our own child, so no zombie is left behind."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
 
 
 def status(settings: Settings) -> dict[str, Any]:

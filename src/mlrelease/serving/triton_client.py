@@ -12,6 +12,21 @@ from tritonclient.grpc import model_config_pb2 as mc
 from mlrelease.errors import StepError
 
 
+class TritonUnreachable(StepError):
+    """The server did not answer at all (refused, reset, timed out): nothing about the model is known."""
+
+
+def host_port(url: str) -> tuple[str, bool]:
+    """`host:port` and whether TLS is used, from a URL such as http://triton:8000 or https://triton.example."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise StepError(f"Triton URL {url!r} is not an http(s)://host:port URL")
+    default = 443 if parts.scheme == "https" else 8000
+    return f"{parts.hostname}:{parts.port or default}", parts.scheme == "https"
+
+
 class TritonClient:
     """A wrapper over `tritonclient.http` that turns transport and server errors into StepErrors naming the cause.
 
@@ -24,8 +39,9 @@ class TritonClient:
 
         self.url = url.rstrip("/")
         self._http = httpclient
+        address, tls = host_port(self.url)
         self._client = httpclient.InferenceServerClient(
-            self.url.removeprefix("http://"), connection_timeout=timeout, network_timeout=timeout
+            address, ssl=tls, connection_timeout=timeout, network_timeout=timeout
         )
 
     def _do(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
@@ -36,7 +52,7 @@ class TritonClient:
         except InferenceServerException as exc:
             raise StepError(f"{what} failed on Triton at {self.url}: {exc.message()}") from None
         except OSError as exc:  # refused / reset / timed out: the server is not there
-            raise StepError(
+            raise TritonUnreachable(
                 f"Triton at {self.url} is not reachable ({type(exc).__name__}: {exc}); "
                 "start it with `mlrelease triton up`"
             ) from None

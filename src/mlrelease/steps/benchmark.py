@@ -6,10 +6,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mlrelease.errors import StepError
+from mlrelease.errors import GateFailed, StepError
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.serving.endpoint import triton_url
-from mlrelease.serving.local_triton import TritonPaths, toolchain_env
+from mlrelease.serving.local_triton import perf_analyzer_command
 from mlrelease.serving.perf import Level, PerfSettings, Verdict, compare, median_levels, run_perf_analyzer
 from mlrelease.serving.perf_plot import plot_levels
 from mlrelease.serving.triton_client import TritonClient
@@ -31,15 +31,14 @@ def measure(
     settings: Settings, url: str, runs: list[tuple[str, int]], n_rounds: int, perf: PerfSettings, out: Path
 ) -> tuple[dict[str, list[list[Level]]], list[dict[str, int]]]:
     """Interleaved perf_analyzer rounds (order alternates each round); CSVs land in `out`."""
-    paths = TritonPaths.from_settings(settings)
-    env = toolchain_env(paths)
+    binary, env = perf_analyzer_command(settings)
     rounds: dict[str, list[list[Level]]] = {label: [] for label, _ in runs}
     stabilities = []
     for n in range(1, n_rounds + 1):
         used = {}
         for label, v in runs if n % 2 else list(reversed(runs)):
             levels, used[label] = run_perf_analyzer(
-                paths.perf_analyzer, env, url, MODEL_NAME, v, out / f"{label}_v{v}_round{n}.csv", perf
+                binary, env, url, MODEL_NAME, v, out / f"{label}_v{v}_round{n}.csv", perf
             )
             rounds[label].append(levels)
         stabilities.append(used)
@@ -118,7 +117,7 @@ def benchmark(
         version, benchmark_status="passed" if verdict.passed else "failed", benchmark_reason=verdict.reason
     )
     if not verdict.passed:
-        raise StepError(
+        raise GateFailed(
             f"version {version} is too slow against champion {champion} "
             f"(medians of {perf.rounds} rounds): {verdict.reason}"
         )

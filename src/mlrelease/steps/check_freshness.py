@@ -7,7 +7,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
-from mlrelease.errors import StepError
+from mlrelease.errors import GateFailed, StepError
 from mlrelease.feast_store import open_store
 from mlrelease.freshness import Freshness, assess, parse_budget_hours
 from mlrelease.settings import Settings
@@ -61,7 +61,7 @@ def check_freshness(settings: Settings, end: datetime) -> dict[str, Any]:
     write_freshness_metrics(results, metrics_path)
     stale = [r for r in results if not r.ok]
     if stale:
-        raise StepError(f"stale features at {end.isoformat()}: " + "; ".join(r.describe() for r in stale))
+        raise GateFailed(f"stale features at {end.isoformat()}: " + "; ".join(r.describe() for r in stale))
     return {
         "end": end.isoformat(),
         "metrics_file": str(metrics_path),

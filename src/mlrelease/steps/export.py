@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from mlrelease.errors import StepError
+from mlrelease.errors import GateFailed, StepError
 from mlrelease.gitinfo import git_commit
 from mlrelease.model.features import FEATURES
 from mlrelease.model.onnx_export import INPUT, OUTPUTS, parity, run_onnx, to_onnx
@@ -23,7 +23,7 @@ from mlrelease.serving.triton_repo import (
     write_version,
 )
 from mlrelease.settings import Settings
-from mlrelease.storage import write_json_atomic
+from mlrelease.storage import write_npz_atomic
 
 DEFAULT_PARITY_TOLERANCE = 1e-3
 
@@ -47,79 +47,84 @@ def served_versions(root: Path, registry: Registry, version: int) -> list[int]:
     return sorted(keep)
 
 
+def _convert_and_check(
+    registry: Registry, model: Any, version: int, sample: np.ndarray, tolerance: float
+) -> tuple[bytes, float]:
+    """ONNX bytes that passed the checker, the NaN check and parity; failures tag the version and raise."""
+    try:
+        model_bytes = to_onnx(model)
+    except Exception as exc:  # checker / shape inference / converter errors
+        registry.tag_version(version, export_status="failed", export_reason=str(exc)[:500])
+        raise GateFailed(f"ONNX export of version {version} failed: {type(exc).__name__}: {exc}") from None
+    eta, confidence = run_onnx(model_bytes, sample)
+    if not (np.isfinite(eta).all() and np.isfinite(confidence).all()):
+        registry.tag_version(version, export_status="failed", export_reason="non-finite outputs")
+        bad = int((~np.isfinite(eta) | ~np.isfinite(confidence)).sum())
+        raise GateFailed(f"version {version} emits NaN/inf on {bad} of {len(eta)} sample rows")
+    check = parity(model, model_bytes, sample)
+    if not check.ok(tolerance):
+        registry.tag_version(version, export_status="failed", export_reason="parity")
+        raise GateFailed(
+            f"ONNX/native parity failed for version {version}: max |diff| eta {check.max_abs_diff_eta:.2e}, "
+            f"confidence {check.max_abs_diff_confidence:.2e} > {tolerance:.0e}"
+        )
+    return model_bytes, max(check.max_abs_diff_eta, check.max_abs_diff_confidence)
+
+
 def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARITY_TOLERANCE) -> dict[str, Any]:
-    """Export registered `version`; a rerun for a published version is a no-op that says so."""
+    """Export registered `version`; a rerun never rewrites a published version but completes what a failed try left.
+
+    Publishing the version directory is the commit point; everything after it (config, parity file,
+    MLflow evidence, tags) is idempotent and is redone on every run, so a retry repairs a partial export.
+    """
     import mlflow
 
     root = model_repository(settings)
     registry = Registry.from_settings(settings)
     registry.version_tags(version)  # fails clearly for an unknown version
-    if version_dir(root, MODEL_NAME, version).exists():
-        meta = read_metadata(root, MODEL_NAME, version)
-        return {
-            "model_version": version,
-            "status": "already exported; nothing changed",
-            "path": str(version_dir(root, MODEL_NAME, version)),
-            "sha256": meta["sha256"],
-        }
-
     run_id = registry.run_id(version)
-    model = registry.load_native(version)
     sample = np.load(
         mlflow.artifacts.download_artifacts(
             run_id=run_id, artifact_path="parity_sample.npy", tracking_uri=registry.tracking_uri
         )
     )
-    try:
-        model_bytes = to_onnx(model)
-    except Exception as exc:  # checker / shape inference / converter errors
-        registry.tag_version(version, export_status="failed", export_reason=str(exc)[:500])
-        raise StepError(f"ONNX export of version {version} failed: {type(exc).__name__}: {exc}") from None
-    eta, confidence = run_onnx(model_bytes, sample)
-    if not (np.isfinite(eta).all() and np.isfinite(confidence).all()):
-        registry.tag_version(version, export_status="failed", export_reason="non-finite outputs")
-        raise StepError(
-            f"version {version} emits NaN/inf on {int((~np.isfinite(eta)).sum())} of {len(eta)} sample rows"
+    target = version_dir(root, MODEL_NAME, version)
+    if target.exists():
+        meta = read_metadata(root, MODEL_NAME, version)
+        if meta.get("mlflow_run_id") != run_id:
+            raise StepError(
+                f"{target} holds a model from MLflow run {meta.get('mlflow_run_id')}, but version {version} is run "
+                f"{run_id}: the repository and the registry disagree; move the old directory away first"
+            )
+        model_bytes, created = (target / "model.onnx").read_bytes(), False
+    else:
+        model_bytes, parity_diff = _convert_and_check(
+            registry, registry.load_native(version), version, sample, tolerance
         )
-    check = parity(model, model_bytes, sample)
-    if not check.ok(tolerance):
-        registry.tag_version(version, export_status="failed", export_reason="parity")
-        raise StepError(
-            f"ONNX/native parity failed for version {version}: max |diff| eta {check.max_abs_diff_eta:.2e}, "
-            f"confidence {check.max_abs_diff_confidence:.2e} > {tolerance:.0e}"
-        )
+        metadata = {
+            "parity_max_abs_diff": parity_diff,
+            "model": MODEL_NAME,
+            "mlflow_run_id": run_id,
+            "git_commit": git_commit(),
+            "input_schema": {"name": INPUT, "datatype": "FP32", "columns": list(FEATURES)},
+            "outputs": list(OUTPUTS),
+        }
+        created = write_version(root, MODEL_NAME, version, model_bytes, metadata)
 
-    metadata = {
-        "model": MODEL_NAME,
-        "mlflow_run_id": run_id,
-        "git_commit": git_commit(),
-        "input_schema": {"name": INPUT, "datatype": "FP32", "columns": list(FEATURES)},
-        "outputs": list(OUTPUTS),
-        "parity_max_abs_diff": max(check.max_abs_diff_eta, check.max_abs_diff_confidence),
-    }
-    created = write_version(root, MODEL_NAME, version, model_bytes, metadata)
+    eta, confidence = run_onnx(model_bytes, sample)
     config = build_config(MODEL_NAME, len(FEATURES), OUTPUTS, served_versions(root, registry, version), ServingConfig())
     config_path = write_config(root, config)
-    path = parity_file(settings, version)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, features=sample, eta_prediction=eta, confidence_score=confidence)
+    write_npz_atomic(parity_file(settings, version), features=sample, eta_prediction=eta, confidence_score=confidence)
     meta = read_metadata(root, MODEL_NAME, version)
     with mlflow.start_run(run_id=run_id):
-        mlflow.log_artifact(str(version_dir(root, MODEL_NAME, version) / "model.onnx"), "onnx")
+        mlflow.log_artifact(str(target / "model.onnx"), "onnx")
         mlflow.log_artifact(str(config_path), "onnx")
-        mlflow.log_metrics(
-            {
-                "onnx_parity_max_abs_diff_eta": check.max_abs_diff_eta,
-                "onnx_parity_max_abs_diff_confidence": check.max_abs_diff_confidence,
-            }
-        )
     registry.tag_version(version, export_status="exported", onnx_sha256=meta["sha256"])
-    write_json_atomic(path.with_name("export.json"), meta)
     return {
         "model_version": version,
-        "status": "exported" if created else "already exported; nothing changed",
-        "path": str(version_dir(root, MODEL_NAME, version)),
+        "status": "exported" if created else "already exported; version files unchanged",
+        "path": str(target),
         "sha256": meta["sha256"],
         "served_versions": list(config.version_policy.specific.versions),
-        "parity": check.__dict__,
+        "parity_max_abs_diff": meta.get("parity_max_abs_diff"),
     }

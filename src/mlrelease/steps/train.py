@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from mlrelease.errors import StepError
+from mlrelease.errors import GateFailed, StepError
 from mlrelease.gitinfo import git_commit
 from mlrelease.model.estimator import EtaModel
 from mlrelease.model.evaluate import decide, holdout_metrics, prefixed
@@ -114,7 +114,7 @@ def train(
         if quality is not None:
             mlflow.log_dict(quality, "data_quality/summary.json")
         if not decision.accepted:
-            raise StepError(f"candidate refused: {decision.reason}")
+            raise GateFailed(f"candidate refused: {decision.reason}")
         with tempfile.TemporaryDirectory() as tmp:
             np.save(Path(tmp) / "parity_sample.npy", X_hold[:PARITY_SAMPLE_ROWS])
             mlflow.log_artifact(str(Path(tmp) / "parity_sample.npy"))

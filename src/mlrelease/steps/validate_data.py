@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from mlrelease.data.schema import TABLES, Table
-from mlrelease.errors import StepError
+from mlrelease.errors import GateFailed, StepError
 from mlrelease.quality.drift import DEFAULT_PSI_THRESHOLD, psi
 from mlrelease.quality.report import render_report
 from mlrelease.settings import Settings
@@ -147,7 +147,7 @@ def validate_data(
     write_text_atomic(out_dir / "report.html", render_report(summary))
     if failures:
         shown = "; ".join(failures[:5]) + (f"; and {len(failures) - 5} more" if len(failures) > 5 else "")
-        raise StepError(f"data quality failed ({len(failures)} checks, report {out_dir / 'report.html'}): {shown}")
+        raise GateFailed(f"data quality failed ({len(failures)} checks, report {out_dir / 'report.html'}): {shown}")
     return {
         "success": True,
         "report": str(out_dir / "report.html"),

@@ -7,39 +7,39 @@ from typing import Any
 
 import numpy as np
 
-from mlrelease.errors import StepError
+from mlrelease.errors import GateFailed, StepError
 from mlrelease.model.features import FEATURES
 from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.serving.endpoint import publish_to_local_server, triton_url
-from mlrelease.serving.triton_client import TritonClient
+from mlrelease.serving.triton_client import TritonClient, TritonUnreachable
 from mlrelease.serving.triton_repo import parse_pbtxt, versions_present, write_config
 from mlrelease.settings import Settings
-from mlrelease.steps.export import model_repository, parity_file
+from mlrelease.steps.export import model_repository, parity_file, served_versions
 
 SERVING_TOLERANCE = 1e-4
 
 
-def config_mismatches(reported: dict[str, Any], version_count_expected: int) -> list[str]:
-    """Differences between the config Triton reports and the contract we wrote (inputs, outputs, batching)."""
+def config_mismatches(reported: dict[str, Any], expected_versions: list[int]) -> list[str]:
+    """Differences between the config Triton reports and the contract we wrote (types, dims, batching, versions)."""
     problems = []
-    inputs = {i["name"]: i for i in reported.get("input", [])}
-    if list(inputs) != ["features"] or [int(d) for d in inputs["features"]["dims"]] != [len(FEATURES)]:
-        problems.append(f"input {reported.get('input')} is not features FP32 [{len(FEATURES)}]")
-    outputs = {o["name"]: o for o in reported.get("output", [])}
-    if sorted(outputs) != sorted(OUTPUTS):
-        problems.append(f"outputs {sorted(outputs)} are not {sorted(OUTPUTS)}")
+    inputs = [(i["name"], i["data_type"], [int(d) for d in i["dims"]]) for i in reported.get("input", [])]
+    if inputs != [("features", "TYPE_FP32", [len(FEATURES)])]:
+        problems.append(f"inputs {inputs} are not [features TYPE_FP32 [{len(FEATURES)}]]")
+    outputs = sorted((o["name"], o["data_type"], [int(d) for d in o["dims"]]) for o in reported.get("output", []))
+    if outputs != sorted((name, "TYPE_FP32", [1]) for name in OUTPUTS):
+        problems.append(f"outputs {outputs} are not {sorted(OUTPUTS)} TYPE_FP32 [1]")
     if int(reported.get("max_batch_size", 0)) <= 0:
         problems.append("max_batch_size is not set: dynamic batching would be off")
-    versions = reported.get("version_policy", {}).get("specific", {}).get("versions", [])
-    if len(versions) != version_count_expected:
-        problems.append(f"version policy serves {versions}")
+    versions = sorted(int(v) for v in reported.get("version_policy", {}).get("specific", {}).get("versions", []))
+    if versions != sorted(expected_versions):
+        problems.append(f"version policy serves {versions}, expected {sorted(expected_versions)}")
     return problems
 
 
-def _fall_back(
+def _take_out_of_service(
     settings: Settings, client: TritonClient, root: Path, registry: Registry, version: int, reason: str
-) -> StepError:
+) -> GateFailed:
     """Take a failed version out of service, keep the others loaded, tag it; returns the error to raise.
 
     The repository's version policy is the record of what should be served, so the failed version is
@@ -58,11 +58,42 @@ def _fall_back(
             client.unload(MODEL_NAME)
     finally:
         registry.tag_version(version, validation_status="failed", validation_reason=reason[:500])
-    return StepError(f"version {version} failed serving validation: {reason}")
+    return GateFailed(f"version {version} failed serving validation: {reason}")
+
+
+def _serve(settings: Settings, root: Path, registry: Registry, version: int) -> list[int]:
+    """Make the repository's version policy champion + `version` (idempotent, so a retry starts clean)."""
+    versions = served_versions(root, registry, version)
+    config = parse_pbtxt((root / MODEL_NAME / "config.pbtxt").read_text(encoding="utf-8"))
+    if list(config.version_policy.specific.versions) != versions:
+        del config.version_policy.specific.versions[:]
+        config.version_policy.specific.versions.extend(versions)
+        write_config(root, config)
+    publish_to_local_server(settings, root)
+    return versions
+
+
+def _verdict(client: TritonClient, version: int, expected: Any, versions: list[int]) -> tuple[str | None, dict]:
+    """Why the loaded version is not fit to serve (None when it is), and the max |diff| per output."""
+    problems = config_mismatches(client.model_config(MODEL_NAME, version), versions)
+    if problems:
+        return "; ".join(problems), {}
+    answers = client.infer(MODEL_NAME, version, expected["features"], OUTPUTS)
+    nonfinite = {name: int((~np.isfinite(answers[name])).sum()) for name in OUTPUTS}
+    if any(nonfinite.values()):
+        return f"non-finite outputs {nonfinite}", {}
+    diffs = {name: float(np.max(np.abs(answers[name] - expected[name]))) for name in OUTPUTS}
+    if max(diffs.values()) > SERVING_TOLERANCE:
+        return f"served outputs differ from the export by {diffs}", diffs
+    return None, diffs
 
 
 def validate_serving(settings: Settings, version: int) -> dict[str, Any]:
-    """Load `version` (with the champion) into Triton, wait ready, compare config and outputs with the export."""
+    """Load `version` (with the champion) into Triton, wait ready, compare config and outputs with the export.
+
+    Only a verdict about the model (refused load, wrong config, wrong answers) takes it out of service;
+    an unreachable Triton fails the step without touching anything, so a retry can succeed.
+    """
     root = model_repository(settings)
     registry = Registry.from_settings(settings)
     if version not in versions_present(root, MODEL_NAME):
@@ -73,35 +104,24 @@ def validate_serving(settings: Settings, version: int) -> dict[str, Any]:
     expected = np.load(expected_file)
     client = TritonClient(triton_url())
     client.ensure_live()
-    publish_to_local_server(settings, root)
-    served = parse_pbtxt((root / MODEL_NAME / "config.pbtxt").read_text(encoding="utf-8"))
+    versions = _serve(settings, root, registry, version)
     try:
         client.load(MODEL_NAME)
         client.wait_ready(MODEL_NAME, version)
-    except StepError as exc:
-        raise _fall_back(settings, client, root, registry, version, str(exc)) from None
-
-    problems = config_mismatches(client.model_config(MODEL_NAME, version), len(served.version_policy.specific.versions))
-    if problems:
-        raise _fall_back(settings, client, root, registry, version, "; ".join(problems))
-    try:
-        answers = client.infer(MODEL_NAME, version, expected["features"], OUTPUTS)
-    except StepError as exc:
-        raise _fall_back(settings, client, root, registry, version, str(exc)) from None
-    diffs = {name: float(np.max(np.abs(answers[name] - expected[name]))) for name in OUTPUTS}
-    nonfinite = {name: int((~np.isfinite(answers[name])).sum()) for name in OUTPUTS}
-    if any(nonfinite.values()):
-        raise _fall_back(settings, client, root, registry, version, f"non-finite outputs {nonfinite}")
-    if max(diffs.values()) > SERVING_TOLERANCE:
-        raise _fall_back(settings, client, root, registry, version, f"served outputs differ from the export by {diffs}")
+        reason, diffs = _verdict(client, version, expected, versions)
+    except TritonUnreachable:
+        raise
+    except StepError as exc:  # Triton answered: it refused the load, or the version never became ready
+        reason, diffs = str(exc), {}
+    if reason is not None:
+        raise _take_out_of_service(settings, client, root, registry, version, reason)
     registry.tag_version(version, validation_status="passed")
-    champion = registry.alias_version(CHAMPION)
     return {
         "model_version": version,
         "status": "serving validated",
         "triton": client.url,
         "rows_compared": len(expected["features"]),
         "max_abs_diff": diffs,
-        "loaded_versions": list(served.version_policy.specific.versions),
-        "champion_version": champion,
+        "loaded_versions": versions,
+        "champion_version": registry.alias_version(CHAMPION),
     }
