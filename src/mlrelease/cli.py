@@ -96,7 +96,7 @@ def _step_export(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
 def _step_validate_serving(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.steps.validate_serving import validate_serving
 
-    return validate_serving(settings, _model_version(args.model_version))
+    return validate_serving(settings, _model_version(args.model_version), revalidate=args.revalidate)
 
 
 def _step_benchmark(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -184,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp = steps.add_parser(name, help=text)
         sp.add_argument("--model-version", required=True)
         sp.set_defaults(handler=handler)
+        if name == "validate-serving":
+            sp.add_argument("--revalidate", action="store_true", help="load a version that already failed, again")
     bench = steps.add_parser("benchmark", help="perf_analyzer gate: challenger vs champion")
     bench.add_argument("--model-version", required=True)
     bench.add_argument("--max-p99-ratio", type=float, default=1.10)
@@ -218,8 +220,14 @@ def run(handler: Callable[[argparse.Namespace, Settings], dict[str, Any]], args:
     except GateFailed as exc:
         print(f"{label}: error: {exc}", file=sys.stderr)
         return EXIT_GATE_FAILED
-    except (StepError, ValueError) as exc:
+    except (StepError, ValueError, OSError) as exc:
         print(f"{label}: error: {exc}", file=sys.stderr)
+        return EXIT_STEP_ERROR
+    except Exception as exc:
+        mlflow_errors = sys.modules.get("mlflow.exceptions")  # only if a step imported MLflow
+        if mlflow_errors is None or not isinstance(exc, mlflow_errors.MlflowException):
+            raise
+        print(f"{label}: error: MLflow: {exc.message}", file=sys.stderr)
         return EXIT_STEP_ERROR
     if getattr(args, "result_to_xcom", True):
         from mlrelease.xcom import write_result

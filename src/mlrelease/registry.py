@@ -50,13 +50,21 @@ class Registry:
         return str(client.create_experiment(EXPERIMENT, artifact_location=self.artifact_root))
 
     def alias_version(self, alias: str) -> int | None:
-        """The version number an alias points to, or None when the alias is not set."""
+        """The version an alias points to; None only when the model or the alias really does not exist.
+
+        Any other registry error (database locked, tracking server down) is raised: reading it as "no
+        champion" would bootstrap a new champion and unload the real one.
+        """
         from mlflow.exceptions import MlflowException
 
         try:
-            return int(self.client().get_model_version_by_alias(MODEL_NAME, alias).version)
-        except MlflowException:
-            return None
+            model = self.client().get_registered_model(MODEL_NAME)
+        except MlflowException as exc:
+            if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                return None
+            raise StepError(f"model registry {self.tracking_uri} failed: {exc.message}") from None
+        version = model.aliases.get(alias)
+        return int(version) if version is not None else None
 
     def version_tags(self, version: int) -> dict[str, str]:
         """Tags of a model version; an unknown version is a StepError naming it."""
@@ -64,10 +72,10 @@ class Registry:
 
         try:
             return dict(self.client().get_model_version(MODEL_NAME, str(version)).tags)
-        except MlflowException:
-            raise StepError(
-                f"model {MODEL_NAME} has no version {version} in the registry {self.tracking_uri}"
-            ) from None
+        except MlflowException as exc:
+            if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                raise StepError(f"model {MODEL_NAME} has no version {version} in {self.tracking_uri}") from None
+            raise StepError(f"model registry {self.tracking_uri} failed: {exc.message}") from None
 
     def run_id(self, version: int) -> str:
         """The MLflow run that produced a version."""

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mlrelease.data.generate import generate
-from mlrelease.errors import StepError
+from mlrelease.errors import GateFailed, StepError
 from mlrelease.model.features import FEATURES
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
 from mlrelease.serving import local_triton
@@ -135,7 +135,7 @@ def test_repository_version_from_another_run_is_refused(world, bootstrapped):
 def test_refused_candidate_registers_nothing(world, bootstrapped):
     registry = Registry.from_settings(world)
     versions_before = len(registry.client().search_model_versions(f"name = '{MODEL_NAME}'"))
-    with pytest.raises(StepError, match="candidate refused: confidence does not track error"):
+    with pytest.raises(GateFailed, match="candidate refused: confidence does not track error"):
         train(world, Window(WINDOW.start, WINDOW.end + timedelta(hours=1)), min_confidence_ratio=100)
     assert len(registry.client().search_model_versions(f"name = '{MODEL_NAME}'")) == versions_before
     rejected = registry.client().search_runs([registry.experiment_id()], "tags.decision = 'rejected'")
@@ -167,7 +167,7 @@ def _sample_file(world: Settings) -> str:
 
 def test_nan_emitting_model_is_refused_at_export(world, bootstrapped):
     version = _register_copy(world, lambda m: setattr(m, "k_", float("nan")))
-    with pytest.raises(StepError, match=f"version {version} emits NaN/inf"):
+    with pytest.raises(GateFailed, match=f"version {version} emits NaN/inf"):
         export(world, version)
     assert Registry.from_settings(world).version_tags(version)["export_status"] == "failed"
     assert not version_dir(model_repository(world), MODEL_NAME, version).exists()
@@ -200,8 +200,10 @@ def test_broken_version_fails_serving_and_champion_keeps_serving(world, bootstra
         narrow = EtaModel(max_iter=5).fit(rng.random((300, len(FEATURES) - 1)), rng.random(300))
         model_bytes = to_onnx(narrow)
     _publish_broken(world, version, model_bytes)
-    with pytest.raises(StepError, match=f"version {version} failed serving validation"):
+    with pytest.raises(GateFailed, match=f"version {version} failed serving validation"):
         validate_serving(world, version)
+    with pytest.raises(GateFailed, match=f"version {version} already failed serving validation"):
+        validate_serving(world, version)  # a retry must not load the retired version next to the champion
     client = _client()
     assert client.version_ready(MODEL_NAME, 1), "the champion must keep serving"
     assert not client.version_ready(MODEL_NAME, version)
@@ -263,3 +265,18 @@ def test_champion_missing_from_the_repository_is_named(world, bootstrapped):
             benchmark(world, 1, perf=FAST_PERF)
     finally:
         registry.client().set_registered_model_alias(MODEL_NAME, CHAMPION, "1")
+
+
+def test_triton_dropping_the_connection_mid_validation_retires_nothing(world, bootstrapped, monkeypatch):
+    from mlrelease.serving.triton_client import TritonClient as Client
+    from mlrelease.serving.triton_client import TritonUnreachable
+
+    def dropped(self, model, config=None):
+        raise TritonUnreachable("loading parcel_eta: connection reset")
+
+    config_file = model_repository(world) / MODEL_NAME / "config.pbtxt"
+    monkeypatch.setattr(Client, "load", dropped)
+    with pytest.raises(TritonUnreachable):
+        validate_serving(world, 1)
+    assert 1 in parse_pbtxt(config_file.read_text()).version_policy.specific.versions  # still to be served
+    assert Registry.from_settings(world).version_tags(1)["validation_status"] == "passed"

@@ -73,7 +73,7 @@ def users_for_day(pop: Population, seed: int, day: date) -> pd.DataFrame:
             "user_id": np.arange(1, n + 1, dtype="int64"),
             "event_timestamp": _midnight(day) + pd.to_timedelta(60 + rng.integers(0, 30, n), unit="m"),
             "tier": pop.user_tier.astype(str),
-            "account_age_days": (pop.user_age_days + (day - AGE_EPOCH).days).astype("int64"),
+            "account_age_days": np.maximum(pop.user_age_days + (day - AGE_EPOCH).days, 0).astype("int64"),
             "orders_30d": rng.poisson(tier_rate).astype("int64"),
             "avg_declared_value_30d": (tier_value * rng.lognormal(0, 0.4, n)).round(2),
         }

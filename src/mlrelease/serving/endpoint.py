@@ -8,6 +8,7 @@ from pathlib import Path
 from mlrelease.registry import MODEL_NAME
 from mlrelease.serving.cpu_repo import sync_cpu_repository
 from mlrelease.serving.local_triton import Ports, TritonPaths
+from mlrelease.serving.triton_repo import disable_config
 from mlrelease.settings import Settings
 
 
@@ -24,3 +25,10 @@ def publish_to_local_server(settings: Settings, production_root: Path) -> None:
     if os.environ.get("MLRELEASE_TRITON_URL"):
         return
     sync_cpu_repository(production_root, TritonPaths.from_settings(settings).cpu_repository, MODEL_NAME)
+
+
+def disable_everywhere(settings: Settings, production_root: Path) -> None:
+    """Disable the model's config in the production repository and, locally, in the CPU mirror."""
+    disable_config(production_root, MODEL_NAME)
+    if not os.environ.get("MLRELEASE_TRITON_URL"):
+        disable_config(TritonPaths.from_settings(settings).cpu_repository, MODEL_NAME)

@@ -19,6 +19,7 @@ import requests
 
 from mlrelease.errors import StepError
 from mlrelease.settings import REPO_ROOT, Settings
+from mlrelease.storage import write_text_atomic
 
 PY_VERSION = "3.11"
 
@@ -179,6 +180,8 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
                 )
             time.sleep(0.2)
         return {"status": "already running", "pid": pid, "url": ports.http_url}
+    if is_ready(ports):
+        raise StepError(f"another Triton (not started by `mlrelease triton up` here) is serving on {ports.http_url}")
     if not paths.server_binary.is_file():
         raise StepError(f"tritonserver not found at {paths.server_binary}: build the toolchain with `make setup`")
     env = toolchain_env(paths)
@@ -199,17 +202,20 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
     ]
     with open(paths.log_file, "ab") as log:
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # Recorded at once, so `down` can stop it even if this call is interrupted while waiting.
+    write_text_atomic(paths.pid_file, str(proc.pid))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            paths.pid_file.unlink(missing_ok=True)
             tail = paths.log_file.read_text(errors="replace").splitlines()[-5:]
             raise StepError(f"tritonserver exited with {proc.returncode}: {' | '.join(tail)}")
         if is_ready(ports):
-            paths.pid_file.write_text(str(proc.pid))  # recorded only once it is a working server
             return {"status": "started", "pid": proc.pid, "url": ports.http_url, "log": str(paths.log_file)}
         time.sleep(0.2)
-    proc.kill()
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    paths.pid_file.unlink(missing_ok=True)
     raise StepError(f"tritonserver did not become ready within {timeout_s:.0f} s (log {paths.log_file})")
 
 

@@ -64,6 +64,9 @@ def run_perf_analyzer(
     """Measure one version; retries an unstable measurement with a looser stability; returns levels and the % used."""
     if not binary.is_file():
         raise StepError(f"perf_analyzer not found at {binary}: build the toolchain with `make setup`")
+    address, tls = host_port(url)
+    if tls:
+        raise StepError(f"benchmarking over https ({url}) is not supported: point it at Triton's in-cluster http URL")
     last_error = ""
     for stability in settings.stability_steps:
         argv = [
@@ -73,7 +76,7 @@ def run_perf_analyzer(
             "-x",
             str(version),
             "-u",
-            host_port(url)[0],
+            address,
             "-i",
             protocol,
             "--concurrency-range",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import time
 from typing import Any
 
@@ -50,8 +51,10 @@ class TritonClient:
         try:
             return call(*args, **kwargs)
         except InferenceServerException as exc:
+            if str(exc.status()) in ("502", "503", "504"):  # a proxy in front of Triton: an outage, not a verdict
+                raise TritonUnreachable(f"{what}: Triton at {self.url} is unavailable ({exc.message()})") from None
             raise StepError(f"{what} failed on Triton at {self.url}: {exc.message()}") from None
-        except OSError as exc:  # refused / reset / timed out: the server is not there
+        except (OSError, http.client.HTTPException) as exc:  # refused / reset / closed / timed out
             raise TritonUnreachable(
                 f"Triton at {self.url} is not reachable ({type(exc).__name__}: {exc}); "
                 "start it with `mlrelease triton up`"

@@ -106,6 +106,17 @@ def write_config(root: Path, config: mc.ModelConfig) -> Path:
     return path
 
 
+def disable_config(root: Path, model: str) -> None:
+    """Stop a model from being served by any later (re)load: config.pbtxt becomes config.pbtxt.disabled.
+
+    Used when the only version in the policy failed: the repository must not say "serve it". The next
+    export writes a fresh config.pbtxt.
+    """
+    config = root / model / "config.pbtxt"
+    if config.exists():
+        os.replace(config, config.with_name("config.pbtxt.disabled"))
+
+
 def read_metadata(root: Path, model: str, version: int) -> dict[str, Any]:
     """A version's model_config.json; a missing version is a FileNotFoundError naming it."""
     path = version_dir(root, model, version) / METADATA_FILE

@@ -11,7 +11,7 @@ from mlrelease.errors import GateFailed, StepError
 from mlrelease.model.features import FEATURES
 from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
-from mlrelease.serving.endpoint import publish_to_local_server, triton_url
+from mlrelease.serving.endpoint import disable_everywhere, publish_to_local_server, triton_url
 from mlrelease.serving.triton_client import TritonClient, TritonUnreachable
 from mlrelease.serving.triton_repo import parse_pbtxt, versions_present, write_config
 from mlrelease.settings import Settings
@@ -54,8 +54,9 @@ def _take_out_of_service(
             write_config(root, config)
             publish_to_local_server(settings, root)
             client.load(MODEL_NAME)
-        else:
+        else:  # nothing else to serve: unload, and make sure no later reload brings it back
             client.unload(MODEL_NAME)
+            disable_everywhere(settings, root)
     finally:
         registry.tag_version(version, validation_status="failed", validation_reason=reason[:500])
     return GateFailed(f"version {version} failed serving validation: {reason}")
@@ -88,7 +89,7 @@ def _verdict(client: TritonClient, version: int, expected: Any, versions: list[i
     return None, diffs
 
 
-def validate_serving(settings: Settings, version: int) -> dict[str, Any]:
+def validate_serving(settings: Settings, version: int, *, revalidate: bool = False) -> dict[str, Any]:
     """Load `version` (with the champion) into Triton, wait ready, compare config and outputs with the export.
 
     Only a verdict about the model (refused load, wrong config, wrong answers) takes it out of service;
@@ -96,6 +97,13 @@ def validate_serving(settings: Settings, version: int) -> dict[str, Any]:
     """
     root = model_repository(settings)
     registry = Registry.from_settings(settings)
+    tags = registry.version_tags(version)
+    if tags.get("validation_status") == "failed" and not revalidate:
+        # A retry or a cleared task must not load a retired version back next to the champion.
+        raise GateFailed(
+            f"version {version} already failed serving validation ({tags.get('validation_reason', 'no reason')}); "
+            "pass --revalidate to load it again"
+        )
     if version not in versions_present(root, MODEL_NAME):
         raise StepError(f"version {version} is not in the model repository {root}: run the export step first")
     expected_file = parity_file(settings, version)
