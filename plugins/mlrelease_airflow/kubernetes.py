@@ -2,15 +2,49 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from mlrelease_airflow.pod_spec import STATE_MOUNT, XCOM_PATH, ClusterSettings, StepPod
+
+EXIT_GATE_FAILED = 3  # mlrelease.cli: a gate decided against the data or the model
+
+
+def base_exit_code(remote_pod: Any, container: str) -> int | None:
+    """Exit code of the pod's step container, if it terminated (as KPO's own skip_on_exit_code reads it)."""
+    statuses = (remote_pod.status.container_statuses if remote_pod and remote_pod.status else None) or []
+    status = next((s for s in statuses if s.name == container), None)
+    if status is None or status.state is None or status.state.terminated is None:
+        return None
+    return int(status.state.terminated.exit_code)
+
+
+@functools.cache
+def step_pod_operator_class() -> type:
+    """KubernetesPodOperator that fails a gate verdict (exit 3) without retries, like the local runner.
+
+    Built on first use so that importing this module (at DAG parse time) does not import the provider.
+    """
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    class StepPodOperator(KubernetesPodOperator):
+        """A step pod; exit 3 means the same inputs would get the same verdict, so retrying is pointless."""
+
+        def cleanup(self, pod: Any, remote_pod: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                super().cleanup(pod, remote_pod, *args, **kwargs)
+            except AirflowException as exc:
+                if base_exit_code(remote_pod, self.base_container_name) == EXIT_GATE_FAILED:
+                    raise AirflowFailException(str(exc)) from exc
+                raise
+
+    return StepPodOperator
 
 
 def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSettings, **kwargs: Any) -> Any:
     """A KubernetesPodOperator running `mlrelease step …` under the restricted Pod Security profile."""
     # Imported here, not at module level: the provider costs ~3 s and only cluster runs need it.
-    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
     from kubernetes.client import models as k8s
 
     limits = {"cpu": pod.resources.cpu_limit, "memory": pod.resources.memory_limit}
@@ -28,7 +62,7 @@ def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSetting
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    return KubernetesPodOperator(
+    return step_pod_operator_class()(
         task_id=task_id,
         name=f"mlrelease-{pod.step}",
         namespace=cluster.namespace,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 from datetime import timedelta
@@ -209,6 +210,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+TERMINATION_LOG = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
+
+
+def _fail(line: str, code: int) -> int:
+    """Print the one-line error; in a pod also leave it as the termination message, which the KPO reports."""
+    print(line, file=sys.stderr)
+    if os.path.exists(TERMINATION_LOG):
+        try:
+            with open(TERMINATION_LOG, "w", encoding="utf-8") as fh:
+                fh.write(line[:4000])  # Kubernetes keeps at most 4 KiB
+        except OSError:
+            pass
+    return code
+
+
 def run(handler: Callable[[argparse.Namespace, Settings], dict[str, Any]], args: argparse.Namespace) -> int:
     """Run one command; print its JSON result, write it to the XCom path for steps; map errors to exit 2."""
     import json
@@ -218,17 +234,14 @@ def run(handler: Callable[[argparse.Namespace, Settings], dict[str, Any]], args:
         settings = Settings.from_env()
         result = handler(args, settings)
     except GateFailed as exc:
-        print(f"{label}: error: {exc}", file=sys.stderr)
-        return EXIT_GATE_FAILED
+        return _fail(f"{label}: error: {exc}", EXIT_GATE_FAILED)
     except (StepError, ValueError, OSError) as exc:
-        print(f"{label}: error: {exc}", file=sys.stderr)
-        return EXIT_STEP_ERROR
+        return _fail(f"{label}: error: {exc}", EXIT_STEP_ERROR)
     except Exception as exc:
         mlflow_errors = sys.modules.get("mlflow.exceptions")  # only if a step imported MLflow
         if mlflow_errors is None or not isinstance(exc, mlflow_errors.MlflowException):
             raise
-        print(f"{label}: error: MLflow: {exc.message}", file=sys.stderr)
-        return EXIT_STEP_ERROR
+        return _fail(f"{label}: error: MLflow: {exc.message}", EXIT_STEP_ERROR)
     if getattr(args, "result_to_xcom", True):
         from mlrelease.xcom import write_result
 

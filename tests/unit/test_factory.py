@@ -21,8 +21,10 @@ def test_local_runner_is_the_default_and_carries_the_pod_command(monkeypatch):
 
 def test_kubernetes_runner_builds_a_pod_operator_with_the_same_command(monkeypatch):
     monkeypatch.setenv("MLRELEASE_RUNNER", "kubernetes")
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
     op = step_operator("validate-data")
-    assert type(op).__name__ == "KubernetesPodOperator"
+    assert isinstance(op, KubernetesPodOperator) and type(op).__name__ == "StepPodOperator"
     assert op.cmds == ["mlrelease", "step", "validate-data"]
     assert op.arguments == list(STEPS["validate-data"].args)
     assert op.do_xcom_push
@@ -43,3 +45,33 @@ def test_error_line_prefers_the_steps_own_message():
     )
     assert _error_line("boom\nlast words\n") == "last words"
     assert _error_line("") == ""
+
+
+def _pod_with_exit(code):
+    from kubernetes.client import models as k8s
+
+    terminated = k8s.V1ContainerStateTerminated(exit_code=code)
+    status = k8s.V1ContainerStatus(
+        name="base",
+        state=k8s.V1ContainerState(terminated=terminated),
+        image="i",
+        image_id="",
+        ready=False,
+        restart_count=0,
+    )
+    return k8s.V1Pod(status=k8s.V1PodStatus(container_statuses=[status]))
+
+
+@pytest.mark.parametrize(("exit_code", "expected"), [(3, "AirflowFailException"), (2, "AirflowException")])
+def test_kubernetes_gate_verdicts_fail_without_retry(monkeypatch, exit_code, expected):
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from airflow.sdk.exceptions import AirflowException
+
+    def failed_pod(self, pod, remote_pod, *args, **kwargs):
+        raise AirflowException("Pod mlrelease-validate-data returned a failure.")
+
+    monkeypatch.setattr(KubernetesPodOperator, "cleanup", failed_pod)
+    op = step_operator("validate-data", runner="kubernetes")
+    with pytest.raises(AirflowException) as err:
+        op.cleanup(None, _pod_with_exit(exit_code))
+    assert type(err.value).__name__ == expected
