@@ -7,8 +7,6 @@ from typing import Any
 
 from mlrelease.storage import write_json_atomic
 
-DEFAULT_XCOM_PATH = Path("/airflow/xcom/return.json")
-
 
 def write_result(path: Path, result: dict[str, Any]) -> None:
     """Write the step's result where the XCom sidecar (or the local runner) reads it."""

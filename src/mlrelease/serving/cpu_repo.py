@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from mlrelease.serving.triton_repo import MODEL_FILE, parse_pbtxt, sha256, to_pbtxt, versions_present
+from mlrelease.serving.triton_repo import MODEL_FILE, read_config, sha256, to_pbtxt, versions_present
 from mlrelease.storage import write_text_atomic
 
 PYTHON_MODEL = Path(__file__).with_name("onnx_python_model.py")
@@ -33,8 +33,7 @@ def cpu_config(production: mc.ModelConfig) -> mc.ModelConfig:
 
 def sync_cpu_repository(production_root: Path, cpu_root: Path, model: str) -> list[int]:
     """Mirror one model into the CPU repository: config translated, each version's ONNX linked with model.py."""
-    config_path = production_root / model / "config.pbtxt"
-    production = parse_pbtxt(config_path.read_text(encoding="utf-8"))
+    production = read_config(production_root, model)
     versions = versions_present(production_root, model)
     for version in versions:
         src, dst = production_root / model / str(version), cpu_root / model / str(version)

@@ -106,6 +106,11 @@ def write_config(root: Path, config: mc.ModelConfig) -> Path:
     return path
 
 
+def read_config(root: Path, model: str) -> mc.ModelConfig:
+    """The model's config.pbtxt in a repository, parsed."""
+    return parse_pbtxt((root / model / "config.pbtxt").read_text(encoding="utf-8"))
+
+
 def disable_config(root: Path, model: str) -> None:
     """Stop a model from being served by any later (re)load: config.pbtxt becomes config.pbtxt.disabled.
 
