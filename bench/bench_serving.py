@@ -25,20 +25,11 @@ CONCURRENCY = (1, 2, 3, 4)
 
 def demo_model(workdir: Path):  # type: ignore[no-untyped-def]
     """An EtaModel trained on two weeks of generated orders joined to their features."""
-    import pandas as pd
-
     from mlrelease.data.generate import generate
-    from mlrelease.model.estimator import EtaModel
-    from mlrelease.model.features import encode
+    from mlrelease.devkit import quick_model
 
     generate(workdir, date(2026, 11, 15), date(2026, 11, 28), rows_per_day=2000)
-    read = lambda t: pd.read_parquet(workdir / t).drop(columns=["date"], errors="ignore")  # noqa: E731
-    latest = lambda t, k: read(t).sort_values("event_timestamp").drop_duplicates(k, keep="last")  # noqa: E731
-    frame = read("orders").merge(read("packages").drop(columns="event_timestamp"), on="package_id")
-    frame = frame.merge(latest("routes", "route_id").drop(columns="event_timestamp"), on="route_id")
-    frame = frame.merge(latest("users", "user_id").drop(columns="event_timestamp"), on="user_id")
-    X = encode(frame)
-    return EtaModel().fit(X, frame["eta_hours"].to_numpy()), X
+    return quick_model(workdir)
 
 
 def in_process(model_bytes: bytes, X, concurrency: int, seconds: float) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]

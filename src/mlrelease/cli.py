@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from mlrelease.errors import GateFailed, StepError
+from mlrelease.gateway.cli import add_commands as add_gateway_commands
 from mlrelease.settings import Settings
 from mlrelease.timewindow import Window, parse_date, parse_timestamp
 
@@ -207,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary = sub.add_parser("summary", help="print what a run did and where its artifacts are")
     summary.add_argument("--end", required=True, help="the run's data interval end, ISO-8601")
     summary.set_defaults(handler=_cmd_summary, result_to_xcom=False, quiet=True)
+    add_gateway_commands(sub)
     return parser
 
 

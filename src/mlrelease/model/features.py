@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -52,3 +55,24 @@ def encode(frame: pd.DataFrame) -> np.ndarray:
         else:
             columns.append(pd.to_numeric(values, errors="coerce").astype("float64").to_numpy(dtype="float32"))
     return np.column_stack(columns).astype("float32")
+
+
+def encode_row(values: Mapping[str, Any]) -> np.ndarray:
+    """One request's float32 matrix [1, len(FEATURES)], encoded exactly as `encode` encodes a frame.
+
+    The gateway calls this per request; building a DataFrame there would cost more than the model call.
+    A missing or None value becomes NaN (numeric) or -1 (categorical), as in `encode`.
+    """
+    row = np.empty((1, len(FEATURES)), dtype="float32")
+    for i, name in enumerate(FEATURES):
+        value = values.get(name)
+        if name in VOCABULARIES:
+            row[0, i] = _VOCAB_INDEX[name].get(value, -1.0) if isinstance(value, str) else -1.0
+        else:
+            row[0, i] = np.nan if value is None else float(value)
+    return row
+
+
+_VOCAB_INDEX: dict[str, dict[str, float]] = {
+    name: {v: float(i) for i, v in enumerate(vocab)} for name, vocab in VOCABULARIES.items()
+}

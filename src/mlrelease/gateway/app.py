@@ -1,0 +1,244 @@
+"""The gateway's ASGI app: FastAPI routes over PredictService, API keys, body limit, metrics and probes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request, Response
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import APIKeyHeader
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mlrelease.errors import StepError
+from mlrelease.gateway.api_models import ERROR_RESPONSES, ErrorResponse, PredictRequest, PredictResponse
+from mlrelease.gateway.auth import Authenticator, read_keys
+from mlrelease.gateway.config import GatewayConfig, load_config
+from mlrelease.gateway.metrics import GatewayMetrics
+from mlrelease.gateway.model_client import TritonModelClient
+from mlrelease.gateway.online_features import (
+    FeatureLookup,
+    FeatureStoreUnavailable,
+    StaleFeatures,
+    UnknownEntity,
+    wall_clock,
+)
+from mlrelease.gateway.router import Router
+from mlrelease.gateway.routing_store import open_routing_store
+from mlrelease.gateway.service import PredictService, RoutingStateMissing
+from mlrelease.settings import Settings
+
+
+class ApiError(Exception):
+    """An error answered as ErrorResponse JSON with `status`."""
+
+    def __init__(self, status: int, error: str, detail: str, headers: dict[str, str] | None = None, **extra: Any):
+        super().__init__(detail)
+        self.status, self.error, self.detail, self.headers, self.extra = status, error, detail, headers, extra
+
+
+class BodyTooLarge(Exception):
+    """The streamed body went over the limit."""
+
+
+class BodySizeLimit:
+    """ASGI middleware: 413 for a body over `max_bytes`, by Content-Length or while it streams in."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, metrics: GatewayMetrics) -> None:
+        self.app, self.max_bytes, self.metrics = app, max_bytes, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse early on Content-Length; count streamed bytes otherwise."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            self.metrics.rejections.labels("body_too_large").inc()
+            response = _error_response(ApiError(413, "body_too_large", f"body over {self.max_bytes} bytes"))
+            await response(scope, receive, send)
+            return
+        seen, overflow = 0, False
+
+        async def limited() -> Message:
+            nonlocal seen, overflow
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                overflow = True
+                raise BodyTooLarge(f"body over {self.max_bytes} bytes")
+            return message
+
+        async def unless_overflowed(message: Message) -> None:
+            if not overflow:  # FastAPI turns a failed body read into its own 400: drop it, we answer 413 below
+                await send(message)
+
+        try:
+            await self.app(scope, limited, unless_overflowed)
+        except BodyTooLarge:
+            pass
+        if overflow:
+            self.metrics.rejections.labels("body_too_large").inc()
+            await _error_response(ApiError(413, "body_too_large", f"body over {self.max_bytes} bytes"))(
+                scope, receive, send
+            )
+
+
+def _error_response(exc: ApiError) -> JSONResponse:
+    body = ErrorResponse(error=exc.error, detail=exc.detail, **exc.extra).model_dump(exclude_none=True)
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+
+
+def _replay_or_wall_clock(config: GatewayConfig) -> Callable[[], datetime]:
+    as_of = config.replay_as_of
+    return (lambda: as_of) if as_of is not None else wall_clock
+
+
+def create_app(config: GatewayConfig, settings: Settings) -> FastAPI:
+    """The gateway app; stores, Triton and the routing refresh are opened in its lifespan."""
+    metrics = GatewayMetrics()
+    keys = read_keys(config.keys_file(settings))
+    if config.auth.required and not keys.clients:
+        raise StepError(
+            f"no API clients in {config.keys_file(settings)}: add one with `mlrelease gateway-key add NAME` "
+            "(or set auth.required: false for a closed test network)"
+        )
+    router = Router(
+        open_routing_store(config.state_url(settings), config.model), metrics, config.routing.refresh_interval_s
+    )
+    app = FastAPI(title="mlrelease gateway", version="1", lifespan=_lifespan(config, settings, router, metrics))
+    app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes, metrics=metrics)
+    authenticate = _authentication(config, Authenticator(keys, config.auth.default_rate))
+    _add_api_routes(app, router, authenticate)
+    _add_ops_routes(app, router, metrics)
+    _install_error_handlers(app, metrics)
+    app.state.metrics, app.state.router = metrics, router
+    return app
+
+
+def _lifespan(
+    config: GatewayConfig, settings: Settings, router: Router, metrics: GatewayMetrics
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from mlrelease.feast_store import open_store
+        from mlrelease.serving.endpoint import triton_url
+
+        lookup = FeatureLookup(open_store(settings), _replay_or_wall_clock(config))
+        model = TritonModelClient(
+            config.triton_url or triton_url(), config.model, (config.guard.min_eta_hours, config.guard.max_eta_hours)
+        )
+        app.state.service = PredictService(config, lookup, model, router, metrics)
+        await router.refresh()
+        router.start()
+        try:
+            yield
+        finally:
+            await router.stop()
+            await model.close()
+
+    return lifespan
+
+
+def _authentication(config: GatewayConfig, authenticator: Authenticator) -> Callable[..., Awaitable[str]]:
+    """The dependency that resolves the API key to a client and applies its rate limit."""
+    api_key = APIKeyHeader(name=config.auth.header, auto_error=False, description="API key of the calling client")
+
+    async def authenticate(key: str | None = Depends(api_key)) -> str:
+        if not config.auth.required:
+            return "anonymous"
+        client = authenticator.client_for(key)
+        if client is None:
+            raise ApiError(401, "unauthorized", f"missing or unknown API key in header {config.auth.header}")
+        wait = authenticator.retry_after(client)
+        if wait > 0:
+            raise ApiError(
+                429, "rate_limited", f"client {client} is over its rate limit", {"Retry-After": f"{wait:.3f}"}
+            )
+        return client
+
+    return authenticate
+
+
+def _add_api_routes(app: FastAPI, router: Router, authenticate: Callable[..., Awaitable[str]]) -> None:
+    @app.post("/v1/predict", response_model=PredictResponse, responses=ERROR_RESPONSES)
+    async def predict(request: Request, body: PredictRequest, client: str = Depends(authenticate)) -> PredictResponse:
+        """Estimate one order's delivery time with the model version its cohort is routed to."""
+        try:
+            service: PredictService = request.app.state.service
+            return await service.predict(body)
+        except StaleFeatures as exc:
+            raise ApiError(400, "feature_stale", "features too old to serve", feature_stale_reason=str(exc)) from None
+        except UnknownEntity as exc:
+            raise ApiError(404, "unknown_entity", str(exc)) from None
+        except FeatureStoreUnavailable as exc:
+            raise ApiError(503, "feature_store_unavailable", str(exc)) from None
+        except RoutingStateMissing as exc:
+            raise ApiError(503, "routing_state_missing", str(exc)) from None
+
+    @app.get("/v1/routing", responses={401: ERROR_RESPONSES[401], 429: ERROR_RESPONSES[429]})
+    async def routing(client: str = Depends(authenticate)) -> dict[str, Any]:
+        """The routing state this replica serves with, its own guard trips, and any error reading the store."""
+        state = router.state
+        return {
+            "state": state.model_dump(mode="json") if state else None,
+            "locally_tripped": sorted(router.locally_tripped),
+            "store": router.store.location,
+            "store_error": router.last_error,
+        }
+
+
+def _add_ops_routes(app: FastAPI, router: Router, metrics: GatewayMetrics) -> None:
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", responses={503: {"description": "not ready; the body says why"}})
+    async def readyz(request: Request, response: Response) -> dict[str, Any]:
+        """Readiness: a routing state is known and Triton has its stable version ready."""
+        state = router.state
+        model = request.app.state.service.model
+        stable_ready = state is not None and await model.version_ready(state.stable_version)
+        if not stable_ready:
+            response.status_code = 503
+        return {
+            "ready": stable_ready,
+            "routing_revision": state.revision if state else None,
+            "stable_version": state.stable_version if state else None,
+            "store_error": router.last_error,
+        }
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        """Prometheus exposition of this process's metrics."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _install_error_handlers(app: FastAPI, metrics: GatewayMetrics) -> None:
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        metrics.rejections.labels(exc.error).inc()
+        return _error_response(exc)
+
+    async def invalid(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        metrics.rejections.labels("validation").inc()
+        return await request_validation_exception_handler(request, exc)
+
+    handlers: dict[type[Exception], Callable[[Request, Exception], Awaitable[Response]]] = {
+        ApiError: api_error,
+        RequestValidationError: invalid,
+    }
+    for exc_type, handler in handlers.items():
+        app.add_exception_handler(exc_type, handler)
+
+
+def create_app_from_env() -> FastAPI:
+    """App factory for uvicorn workers: config from MLRELEASE_GATEWAY_CONFIG, settings from the environment."""
+    return create_app(load_config(), Settings.from_env())

@@ -1,0 +1,211 @@
+"""The gateway's commands: `gateway`, `gateway-key add`, `routing show|set`, `traffic`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from mlrelease.errors import StepError
+from mlrelease.settings import Settings
+from mlrelease.timewindow import parse_timestamp
+
+DEFAULT_PORT = 8080
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from mlrelease.gateway.config import load_config
+
+    as_of = getattr(args, "as_of", None) or os.environ.get("MLRELEASE_GATEWAY_REPLAY_AS_OF")
+    return load_config(args.config, replay_as_of=as_of)
+
+
+def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    import uvicorn
+
+    from mlrelease.gateway.app import create_app
+
+    config = _config(args)
+    app = create_app(config, settings)  # validates config, keys and store URL before any worker starts
+    if args.workers > 1:  # each worker builds its own app from the same config (a replica per process)
+        if args.config:
+            os.environ["MLRELEASE_GATEWAY_CONFIG"] = str(Path(args.config).resolve())
+        if config.replay_as_of:
+            os.environ["MLRELEASE_GATEWAY_REPLAY_AS_OF"] = config.replay_as_of.isoformat()
+        target: Any = "mlrelease.gateway.app:create_app_from_env"
+    else:
+        target = app
+    uvicorn.run(
+        target,
+        factory=args.workers > 1,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+    )
+    return {}
+
+
+def _cmd_key_add(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.gateway.auth import add_client
+    from mlrelease.gateway.config import RateLimit
+
+    config = _config(args)
+    rate = RateLimit(per_second=args.rate_per_second, burst=args.burst) if args.rate_per_second else None
+    path = config.keys_file(settings)
+    return {"client": args.name, "api_key": add_client(path, args.name, rate), "keys_file": str(path)}
+
+
+def _store(args: argparse.Namespace, settings: Settings) -> Any:
+    from mlrelease.gateway.routing_store import open_routing_store
+
+    config = _config(args)
+    return config, open_routing_store(config.state_url(settings), config.model)
+
+
+def _cmd_routing_show(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    _, store = _store(args, settings)
+    state = store.read()
+    return {
+        "store": store.location,
+        "state": state.model_dump(mode="json") if state else None,
+        "events": store.read_events(args.events),
+    }
+
+
+def parse_percents(items: list[str], cohorts: tuple[str, ...]) -> dict[str, float]:
+    """`COHORT=PERCENT` items as a map; cohorts must be configured ones or `*`."""
+    percents: dict[str, float] = {}
+    for item in items:
+        cohort, _, value = item.partition("=")
+        if cohort not in (*cohorts, "*"):
+            raise StepError(f"--percent names unknown cohort {cohort!r}; cohorts are {list(cohorts)} or '*'")
+        try:
+            percents[cohort] = float(value)
+        except ValueError:
+            raise StepError(f"--percent {item!r} is not COHORT=NUMBER") from None
+    return percents
+
+
+def _cmd_routing_set(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from pydantic import ValidationError
+
+    from mlrelease.gateway.routing_state import RoutingState
+
+    config, store = _store(args, settings)
+    if not args.skip_triton_check:
+        _require_served(config, [v for v in (args.stable, args.candidate) if v])
+
+    def mutate(current: RoutingState | None) -> RoutingState:
+        if current is None and args.stable is None:
+            raise StepError("no routing state yet: --stable is required for the first write")
+        fields: dict[str, Any] = current.model_dump() if current else {"model": config.model}
+        if args.stable is not None:
+            fields["stable_version"] = args.stable
+        if args.candidate is not None:
+            fields["candidate_version"] = args.candidate or None  # 0 removes the candidate…
+            if not args.candidate:
+                fields["candidate_percent"] = {}  # …and every share of traffic it had
+        if args.percent is not None:
+            fields["candidate_percent"] = parse_percents(args.percent, config.cohorts.names)
+        if args.clear_trips:
+            fields["guard_trips"] = ()
+        try:
+            return RoutingState.model_validate(fields)
+        except ValidationError as exc:
+            raise StepError(f"refused routing change: {exc.errors()[0]['msg']}") from None
+
+    state = store.update(mutate, by=f"cli:{os.environ.get('USER', 'unknown')}")
+    store.append_event({"type": "routing_set", "revision": state.revision, "by": state.updated_by})
+    return {"store": store.location, "state": state.model_dump(mode="json")}
+
+
+def _require_served(config: Any, versions: list[int]) -> None:
+    """Refuse routing to a version Triton does not have ready (no half-applied routing)."""
+    from mlrelease.serving.endpoint import triton_url
+    from mlrelease.serving.triton_client import TritonClient
+
+    client = TritonClient(config.triton_url or triton_url(), timeout=5)
+    missing = [v for v in versions if not client.version_ready(config.model, v)]
+    if missing:
+        raise StepError(f"{config.model} version(s) {missing} are not ready on Triton at {client.url}; load them first")
+
+
+def _cmd_traffic(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.gateway import traffic
+
+    config = _config(args)
+    traffic.require_loopback(args.url)
+    if args.duration <= 0 or args.concurrency < 1 or args.rate < 0:
+        raise StepError("--duration must be positive, --concurrency at least 1 and --rate at least 0")
+    as_of = parse_timestamp(args.as_of, name="--as-of") if args.as_of else (config.replay_as_of or None)
+    if as_of is None:
+        from mlrelease.gateway.online_features import wall_clock
+
+        as_of = wall_clock()
+    pool = traffic.order_pool(settings.offline_dir, as_of, config.cohorts)
+    mix = traffic.parse_mix(args.mix, config.cohorts.names)
+    bodies = traffic.build_requests(pool, 5_000, mix, supply_features=args.supply_features, seed=args.seed)
+    report = asyncio.run(
+        traffic.send(
+            args.url,
+            bodies,
+            api_key=args.api_key or os.environ.get("MLRELEASE_API_KEY"),
+            rate=args.rate,
+            duration_s=args.duration,
+            concurrency=args.concurrency,
+            header=config.auth.header,
+        )
+    )
+    return {"as_of": as_of.isoformat(), "pool_size": len(pool), **report.summary()}
+
+
+def add_commands(sub: Any) -> None:
+    """Register the gateway commands on the top-level subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="gateway YAML (default: MLRELEASE_GATEWAY_CONFIG or config/gateway.yaml)")
+
+    gw = sub.add_parser("gateway", parents=[common], help="serve the prediction gateway (ASGI, uvicorn)")
+    gw.add_argument("--host", default="127.0.0.1")
+    gw.add_argument("--port", type=int, default=DEFAULT_PORT)
+    gw.add_argument("--workers", type=int, default=1, help="processes; each is a replica with its own breakers")
+    gw.add_argument("--as-of", help="judge feature freshness at this instant (replays and demos only)")
+    gw.set_defaults(handler=_cmd_gateway, result_to_xcom=False, quiet=True)
+
+    key = sub.add_parser("gateway-key", help="API keys of the gateway").add_subparsers(dest="key_cmd", required=True)
+    add = key.add_parser("add", parents=[common], help="create a client and print its key (shown once)")
+    add.add_argument("name")
+    add.add_argument("--rate-per-second", type=float, help="this client's limit (default: auth.default_rate)")
+    add.add_argument("--burst", type=int, default=1000)
+    add.set_defaults(handler=_cmd_key_add, result_to_xcom=False)
+
+    routing = sub.add_parser("routing", help="the gateway's routing state").add_subparsers(
+        dest="routing_cmd", required=True
+    )
+    show = routing.add_parser("show", parents=[common], help="print the routing state and recent events")
+    show.add_argument("--events", type=int, default=20)
+    show.set_defaults(handler=_cmd_routing_show, result_to_xcom=False)
+    rset = routing.add_parser("set", parents=[common], help="change the routing state (one atomic write)")
+    rset.add_argument("--stable", type=int)
+    rset.add_argument("--candidate", type=int, help="candidate version; 0 removes it")
+    rset.add_argument("--percent", action="append", metavar="COHORT=PCT", help="candidate share of a cohort ('*': all)")
+    rset.add_argument("--clear-trips", action="store_true", help="forget recorded guard trips")
+    rset.add_argument("--skip-triton-check", action="store_true", help="do not require the versions to be ready")
+    rset.set_defaults(handler=_cmd_routing_set, result_to_xcom=False)
+
+    tr = sub.add_parser("traffic", parents=[common], help="send realistic orders to a loopback gateway")
+    tr.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}")
+    tr.add_argument("--rate", type=float, required=True, help="requests per second (0: closed loop)")
+    tr.add_argument("--duration", type=float, required=True, help="seconds")
+    tr.add_argument("--concurrency", type=int, default=64, help="most requests in flight")
+    tr.add_argument("--mix", help="cohort weights, e.g. high_value=0.2,core=0.5,long_tail=0.3")
+    tr.add_argument("--as-of", help="orders placed in the 5 h before this instant (default: replay_as_of or now)")
+    tr.add_argument("--api-key", help="default: MLRELEASE_API_KEY")
+    tr.add_argument("--supply-features", action="store_true", help="send features in the body (no Feast lookup)")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.set_defaults(handler=_cmd_traffic, result_to_xcom=False)

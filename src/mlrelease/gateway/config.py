@@ -1,0 +1,178 @@
+"""Gateway configuration: one YAML file validated on load, so a bad value fails at start-up naming its field."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from mlrelease.errors import StepError
+from mlrelease.model.features import ENTITY_KEYS, FEATURES
+from mlrelease.registry import MODEL_NAME
+from mlrelease.settings import REPO_ROOT, Settings
+
+DEFAULT_CONFIG = REPO_ROOT / "config" / "gateway.yaml"
+REQUEST_FIELDS = ("order_id", *ENTITY_KEYS)
+# What a cohort rule may look at: the request's ids and every model feature fetched for it.
+RULE_FIELDS = frozenset(REQUEST_FIELDS) | frozenset(FEATURES)
+Op = Literal["eq", "ne", "in", "not_in", "gt", "ge", "lt", "le"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Condition(_Strict):
+    """One test of a request attribute, e.g. `{field: tier, op: eq, value: premium}`."""
+
+    field: str
+    op: Op
+    value: Any
+
+    @model_validator(mode="after")
+    def _check(self) -> Condition:
+        if self.field not in RULE_FIELDS:
+            raise ValueError(f"unknown field {self.field!r}; a rule may use {sorted(RULE_FIELDS)}")
+        if self.op in ("in", "not_in") and not isinstance(self.value, list | tuple):
+            raise ValueError(f"op {self.op!r} needs a list value, got {self.value!r}")
+        numeric = isinstance(self.value, int | float) and not isinstance(self.value, bool)
+        if self.op in ("gt", "ge", "lt", "le") and not numeric:
+            raise ValueError(f"op {self.op!r} needs a number, got {self.value!r}")
+        return self
+
+
+class CohortRule(_Strict):
+    """A cohort and the conditions that put a request in it (any one suffices; none means catch-all)."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
+    any_of: tuple[Condition, ...] = ()
+
+
+class CohortConfig(_Strict):
+    """Ordered cohort rules (first match wins; the last is the catch-all) and the canary bucket key."""
+
+    rules: tuple[CohortRule, ...] = Field(min_length=1)
+    bucket_key: Literal["user_id", "order_id", "package_id", "route_id"] = "user_id"
+
+    @model_validator(mode="after")
+    def _check(self) -> CohortConfig:
+        names = [r.name for r in self.rules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"cohort names must be unique, got {names}")
+        catch_all = [r.name for r in self.rules if not r.any_of]
+        if catch_all != [self.rules[-1].name]:
+            raise ValueError(
+                f"exactly one rule, the last, must have no conditions (the catch-all); rules without: {catch_all}"
+            )
+        return self
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Cohort names in rule order."""
+        return tuple(r.name for r in self.rules)
+
+
+class GuardConfig(_Strict):
+    """The fast guard: what counts as a hard failure and when a version's breaker opens."""
+
+    failures_to_trip: int = Field(3, ge=1)
+    window_s: float = Field(10.0, gt=0)
+    stable_open_s: float = Field(5.0, gt=0, description="how long a failed stable version rests before a retry")
+    candidate_timeout_ms: float = Field(500.0, gt=0)
+    stable_timeout_ms: float = Field(2000.0, gt=0)
+    min_eta_hours: float = 0.0
+    max_eta_hours: float = 500.0
+
+    @model_validator(mode="after")
+    def _check(self) -> GuardConfig:
+        if self.max_eta_hours <= self.min_eta_hours:
+            raise ValueError("max_eta_hours must be above min_eta_hours")
+        return self
+
+
+class FallbackConfig(_Strict):
+    """The rule-based ETA used when no model version can answer: base + distance/speed + route and parcel terms."""
+
+    base_hours: float = Field(8.0, ge=0)
+    km_per_hour: float = Field(55.0, gt=0)
+    congestion_slowdown: float = Field(0.8, ge=0)
+    remote_hours: float = Field(20.0, ge=0)
+    bulky_hours: float = Field(6.0, ge=0)
+    confidence: float = Field(0.3, ge=0, le=1)
+
+
+class RoutingConfig(_Strict):
+    """Where the routing state lives and how often replicas look at it."""
+
+    state_url: str = Field("", description="file:///path.json or redis://host:port/db; empty: under MLRELEASE_HOME")
+    refresh_interval_s: float = Field(0.2, gt=0, le=1.0)
+
+
+class RateLimit(_Strict):
+    """A token bucket: sustained requests per second and burst size."""
+
+    per_second: float = Field(500.0, gt=0)
+    burst: int = Field(1000, ge=1)
+
+
+class AuthConfig(_Strict):
+    """API keys (sha256 in a keys file) and the default per-client rate limit."""
+
+    required: bool = True
+    keys_file: str = Field("", description="empty: $MLRELEASE_HOME/gateway/api_keys.yaml")
+    header: str = "X-API-Key"
+    default_rate: RateLimit = RateLimit()
+
+
+class GatewayConfig(_Strict):
+    """Everything `mlrelease gateway` reads at start-up."""
+
+    model: str = MODEL_NAME
+    triton_url: str = Field("", description="empty: MLRELEASE_TRITON_URL, else the local server")
+    max_body_bytes: int = Field(16_384, ge=256)
+    replay_as_of: datetime | None = Field(
+        None, description="judge feature freshness as of this instant instead of now (replays and demos only)"
+    )
+    cohorts: CohortConfig
+    guard: GuardConfig = GuardConfig()
+    fallback: FallbackConfig = FallbackConfig()
+    routing: RoutingConfig = RoutingConfig()
+    auth: AuthConfig = AuthConfig()
+
+    @field_validator("replay_as_of")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("replay_as_of needs a timezone, e.g. 2026-11-29T02:00:00Z")
+        return value
+
+    def state_url(self, settings: Settings) -> str:
+        """The routing-state URL, defaulting to a file under MLRELEASE_HOME."""
+        return self.routing.state_url or f"file://{settings.home / 'gateway' / 'routing.json'}"
+
+    def keys_file(self, settings: Settings) -> Path:
+        """The API keys file."""
+        return Path(self.auth.keys_file) if self.auth.keys_file else settings.home / "gateway" / "api_keys.yaml"
+
+
+def load_config(path: Path | None = None, **overrides: Any) -> GatewayConfig:
+    """Read and validate a gateway YAML (default: MLRELEASE_GATEWAY_CONFIG, else config/gateway.yaml)."""
+    path = Path(path or os.environ.get("MLRELEASE_GATEWAY_CONFIG") or DEFAULT_CONFIG)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise StepError(f"gateway config {path} cannot be read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise StepError(f"gateway config {path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise StepError(f"gateway config {path} must be a mapping, got {type(raw).__name__}")
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return GatewayConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+        raise StepError(f"gateway config {path} is invalid: {problems}") from None

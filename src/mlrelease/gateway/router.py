@@ -1,0 +1,140 @@
+"""The gateway's view of the routing state: refreshed in the background, overridden at once by local guard trips.
+
+A change written by the rollout (or another replica's guard trip) is picked up within one refresh
+interval. A document that cannot be read or parsed is reported and the last good one is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from mlrelease.errors import StepError
+from mlrelease.gateway.metrics import GatewayMetrics
+from mlrelease.gateway.routing_state import GuardTrip, Role, RoutingState, choose
+from mlrelease.gateway.routing_store import RoutingStore
+
+log = logging.getLogger(__name__)
+REPLICA = f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class LocalTrip:
+    """A trip this replica decided; `persisted_at` is the revision that recorded it in the store (None: not yet)."""
+
+    trip: GuardTrip
+    persisted_at: int | None = None
+
+
+class Router:
+    """Holds the current RoutingState and this replica's guard trips.
+
+    :param store: where the routing document lives.
+    :param metrics: the gateway's metrics.
+    :param refresh_interval_s: how often the store is read.
+    """
+
+    def __init__(self, store: RoutingStore, metrics: GatewayMetrics, refresh_interval_s: float) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.refresh_interval_s = refresh_interval_s
+        self.state: RoutingState | None = None
+        self.last_error: str | None = None
+        self._trips: dict[int, LocalTrip] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._cohorts_seen: set[str] = set()
+
+    @property
+    def locally_tripped(self) -> frozenset[int]:
+        """Versions this replica has taken out of service itself."""
+        return frozenset(self._trips)
+
+    def route(self, cohort: str, bucket: int) -> tuple[int, Role] | None:
+        """The version and role for a request, or None while no routing state was ever read."""
+        if self.state is None:
+            return None
+        return choose(self.state, cohort, bucket, self.locally_tripped)
+
+    async def refresh(self) -> None:
+        """Read the store once; adopt a new revision, or keep the last good state and record why not."""
+        try:
+            state = await asyncio.to_thread(self.store.read)
+        except StepError as exc:
+            if str(exc) != self.last_error:
+                log.error("keeping routing revision %s: %s", self.state and self.state.revision, exc)
+            self.last_error = str(exc)
+            self.metrics.routing_errors.labels(type(exc).__name__).inc()
+            return
+        self.last_error = None if state is not None else f"no routing state at {self.store.location} yet"
+        if state is not None and (self.state is None or state.revision != self.state.revision):
+            self._adopt(state)
+
+    def _adopt(self, state: RoutingState) -> None:
+        self.state = state
+        # A trip recorded at revision R is cleared when a later revision no longer carries it (an operator reset).
+        for version, local in list(self._trips.items()):
+            if local.persisted_at is not None and state.revision > local.persisted_at and not state.is_tripped(version):
+                del self._trips[version]
+        self.metrics.routing_revision.set(state.revision)
+        # Set every cohort seen so far (0 when no longer listed) rather than clear(): Feast's import turns on
+        # prometheus_client's multiprocess env, under which clear() is unsupported.
+        self._cohorts_seen |= set(state.candidate_percent)
+        for cohort in self._cohorts_seen:
+            self.metrics.candidate_percent.labels(cohort).set(state.candidate_percent.get(cohort, 0.0))
+
+    async def run(self) -> None:
+        """Refresh forever (the background task of the app's lifespan)."""
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self.refresh_interval_s)
+
+    def start(self) -> None:
+        """Start the background refresh."""
+        self._task = asyncio.create_task(self.run(), name="routing-refresh")
+
+    async def stop(self) -> None:
+        """Stop the background refresh."""
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def trip(self, version: int, reason: str) -> None:
+        """Take a version out of service on this replica now, and record the trip in the store in the background."""
+        if version in self._trips:
+            return
+        trip = GuardTrip(version=version, reason=reason, at=datetime.now(UTC), replica=REPLICA)
+        self._trips[version] = LocalTrip(trip)
+        self.metrics.guard_trips.labels(str(version)).inc()
+        log.error("fast guard tripped version %s: %s", version, reason)
+        asyncio.get_running_loop().create_task(self._persist(version))
+
+    async def _persist(self, version: int) -> None:
+        """Write the trip into the routing document (other replicas and the DAG read it) and the event log."""
+        local = self._trips.get(version)
+        delay = 0.1
+        while local is not None and local.persisted_at is None:
+            try:
+                mutate = functools.partial(_with_trip, trip=local.trip)
+                saved = await asyncio.to_thread(self.store.update, mutate, by=REPLICA)
+                local.persisted_at = saved.revision
+                await asyncio.to_thread(
+                    self.store.append_event,
+                    {"type": "guard_trip", "revision": saved.revision, **local.trip.model_dump(mode="json")},
+                )
+                self._adopt(saved)
+            except StepError as exc:  # the store is down: the local trip stands, keep trying
+                log.error("cannot record guard trip of version %s yet: %s", version, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            local = self._trips.get(version)
+
+
+def _with_trip(state: RoutingState | None, trip: GuardTrip) -> RoutingState:
+    if state is None:
+        raise StepError("cannot record a guard trip: the routing state disappeared")
+    return state.with_trip(trip)

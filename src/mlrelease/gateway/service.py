@@ -1,0 +1,124 @@
+"""The predict path, apart from HTTP: features → cohort → version → answer, with retry on stable and fallback."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from starlette.concurrency import run_in_threadpool
+
+from mlrelease.gateway.api_models import PredictRequest, PredictResponse
+from mlrelease.gateway.cohorts import assign_cohort, bucket
+from mlrelease.gateway.config import GatewayConfig
+from mlrelease.gateway.fallback import rule_eta
+from mlrelease.gateway.guard import BreakerState, CircuitBreaker
+from mlrelease.gateway.metrics import GatewayMetrics
+from mlrelease.gateway.model_client import ModelAnswer, ModelFailure, TritonModelClient
+from mlrelease.gateway.online_features import FeatureLookup
+from mlrelease.gateway.router import Router
+from mlrelease.model.features import encode_row
+
+
+class RoutingStateMissing(Exception):
+    """No routing state was ever read: the gateway does not know which version is stable."""
+
+
+class PredictService:
+    """Answers one PredictRequest; the HTTP layer maps its exceptions to responses.
+
+    :param config: the gateway config.
+    :param lookup: Feast online lookup with freshness checks.
+    :param model: async Triton client.
+    :param router: current routing state and local trips.
+    :param metrics: metrics to record into.
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        lookup: FeatureLookup,
+        model: TritonModelClient,
+        router: Router,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.config = config
+        self.lookup = lookup
+        self.model = model
+        self.router = router
+        self.metrics = metrics
+        self._breakers: dict[int, CircuitBreaker] = {}
+
+    def breaker(self, version: int) -> CircuitBreaker:
+        """The version's circuit breaker (created on first use)."""
+        if version not in self._breakers:
+            guard = self.config.guard
+            self._breakers[version] = CircuitBreaker(guard.failures_to_trip, guard.window_s, guard.stable_open_s)
+        return self._breakers[version]
+
+    async def features_for(self, request: PredictRequest) -> dict[str, Any]:
+        """Supplied features, or the online store's (raises the lookup errors)."""
+        if request.features is not None:
+            return request.features.model_dump()
+        started = time.perf_counter()
+        ids = {"user_id": request.user_id, "package_id": request.package_id, "route_id": request.route_id}
+        try:
+            return await run_in_threadpool(self.lookup.fetch, ids)
+        finally:
+            self.metrics.feature_latency.observe(time.perf_counter() - started)
+
+    async def predict(self, request: PredictRequest) -> PredictResponse:
+        """Route the request and answer it; a failing candidate is retried on stable, a failing stable falls back."""
+        started = time.perf_counter()
+        features = await self.features_for(request)
+        attributes = {**features, **request.model_dump(exclude={"features"})}
+        cohort = assign_cohort(self.config.cohorts, attributes)
+        state = self.router.state
+        route = self.router.route(cohort, bucket(attributes[self.config.cohorts.bucket_key]))
+        if state is None or route is None:
+            raise RoutingStateMissing(self.router.last_error or "no routing state has been read yet")
+        version, role = route
+        row = encode_row(features)
+        answer: ModelAnswer | None = None
+        source: Literal["model", "fallback_rule"]
+        if role == "candidate":
+            if self.breaker(version).state is not BreakerState.CLOSED:
+                self.breaker(version).reset()  # routed here again: the rollout cleared an earlier trip
+            answer = await self._call(version, row, self.config.guard.candidate_timeout_ms, candidate=True)
+            if answer is None:  # the client never sees a candidate failure: answer from stable instead
+                version = state.stable_version
+        if answer is None and self.breaker(version).allow():
+            answer = await self._call(version, row, self.config.guard.stable_timeout_ms, candidate=False)
+        if answer is None:
+            eta, served, source = rule_eta(self.config.fallback, features), None, "fallback_rule"
+            confidence = self.config.fallback.confidence
+        else:
+            eta, confidence, served, source = answer.eta, answer.confidence, version, "model"
+        self.metrics.observe_answer(
+            cohort, str(served or "none"), source, eta, confidence, time.perf_counter() - started
+        )
+        return PredictResponse(
+            order_id=request.order_id,
+            eta_prediction=eta,
+            confidence_score=confidence,
+            model_version=served,
+            cohort=cohort,
+            source=source,
+            routing_revision=state.revision,
+        )
+
+    async def _call(self, version: int, row: Any, timeout_ms: float, *, candidate: bool) -> ModelAnswer | None:
+        """One guarded model call: None on a hard failure (recorded, and a trip when the breaker opens)."""
+        breaker = self.breaker(version)
+        started = time.perf_counter()
+        try:
+            answer = await self.model.predict(version, row, timeout_ms / 1000)
+        except ModelFailure as failure:
+            self.metrics.model_failures.labels(str(version), failure.kind).inc()
+            if breaker.record_failure() and candidate:
+                self.router.trip(version, str(failure))
+            self.metrics.breaker_state.labels(str(version)).set(breaker.state)
+            return None
+        self.metrics.model_latency.labels(str(version)).observe(time.perf_counter() - started)
+        breaker.record_success()
+        self.metrics.breaker_state.labels(str(version)).set(breaker.state)
+        return answer

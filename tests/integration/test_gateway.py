@@ -1,0 +1,303 @@
+"""The gateway against a real Triton (good and faulty versions), the real Feast SQLite store, a file routing state."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from mlrelease.gateway import traffic
+from mlrelease.gateway.config import load_config
+from mlrelease.gateway.fallback import rule_eta
+from mlrelease.model.features import FEATURES, encode_row
+from mlrelease.registry import MODEL_NAME
+from mlrelease.timewindow import parse_timestamp
+from tests.conftest import WINDOW_END, free_port
+from tests.integration.serving_world import (
+    ERRORS,
+    GOOD,
+    HEALTHY_CANDIDATE,
+    NAN_ALL,
+    NAN_LONG_TAIL,
+    World,
+    gateway_process,
+    serving_world,
+)
+
+pytestmark = pytest.mark.integration
+AS_OF = parse_timestamp(WINDOW_END, name="end")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, clean_offline) -> Iterator[World]:
+    with pytest.MonkeyPatch.context() as mp:
+        with serving_world(tmp_path_factory.mktemp("gateway-world"), clean_offline, mp) as built:
+            yield built
+
+
+@pytest.fixture(scope="module")
+def pool(world) -> pd.DataFrame:
+    """Orders whose features are fresh at the replay instant, with their cohort."""
+    return traffic.order_pool(world.settings.offline_dir, AS_OF, load_config().cohorts)
+
+
+@pytest.fixture(scope="module")
+def gateway(world) -> Iterator[tuple[str, object]]:
+    """One gateway process for the module, with its config file; tests rewrite its routing state."""
+    config = world.config_file("main")
+    world.routing(config, "set", "--stable", str(GOOD))
+    with gateway_process(config) as url:
+        yield url, config
+
+
+@pytest.fixture
+def api(world) -> requests.Session:
+    session = requests.Session()
+    session.headers["X-API-Key"] = world.api_key
+    return session
+
+
+def _body(row: pd.Series) -> dict:
+    return {k: int(row[k]) for k in ("order_id", "user_id", "package_id", "route_id")}
+
+
+def _route(world, gateway, *args: str) -> int:
+    """Apply a routing change and wait until the gateway serves with it; returns the revision."""
+    url, config = gateway
+    revision = world.routing(config, "set", *args)["state"]["revision"]
+    deadline = time.monotonic() + 2
+    while (
+        requests.get(f"{url}/v1/routing", headers={"X-API-Key": world.api_key}).json()["state"]["revision"] < revision
+    ):
+        assert time.monotonic() < deadline, "routing change not picked up within 2 s"
+        time.sleep(0.02)
+    return revision
+
+
+def _load(world, url: str, pool: pd.DataFrame, *, rate: float, seconds: float, mix: str | None = None):
+    bodies = traffic.build_requests(
+        pool, 2_000, traffic.parse_mix(mix, load_config().cohorts.names), supply_features=False
+    )
+    return asyncio.run(traffic.send(url, bodies, api_key=world.api_key, rate=rate, duration_s=seconds, concurrency=32))
+
+
+def _metric(url: str, name: str, **labels: str) -> float:
+    text = requests.get(f"{url}/metrics").text
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def test_answer_is_the_stable_models_on_feast_features(world, gateway, pool, api):
+    url, _ = gateway
+    _route(world, gateway, "--stable", str(GOOD), "--candidate", "0", "--clear-trips")
+    row = pool.iloc[0]
+    answer = api.post(f"{url}/v1/predict", json=_body(row)).json()
+    features = {k: row[k] for k in FEATURES}
+    direct = world.client().infer(MODEL_NAME, GOOD, encode_row(features), ("eta_prediction", "confidence_score"))
+    assert answer["model_version"] == GOOD and answer["source"] == "model"
+    assert answer["cohort"] == row["cohort"]
+    assert answer["eta_prediction"] == pytest.approx(float(direct["eta_prediction"][0]), abs=1e-4)
+    assert answer["confidence_score"] == pytest.approx(float(direct["confidence_score"][0]), abs=1e-5)
+    supplied = api.post(
+        f"{url}/v1/predict",
+        json={
+            **_body(row),
+            "features": json.loads(json.dumps({k: v.item() if hasattr(v, "item") else v for k, v in features.items()})),
+        },
+    ).json()
+    assert supplied["eta_prediction"] == pytest.approx(answer["eta_prediction"], abs=1e-4)
+
+
+def test_cohorts_route_to_their_assigned_version(world, gateway, pool):
+    url, _ = gateway
+    _route(
+        world,
+        gateway,
+        "--stable",
+        str(GOOD),
+        "--candidate",
+        str(HEALTHY_CANDIDATE),
+        "--percent",
+        "high_value=100",
+        "--clear-trips",
+    )
+    report = _load(world, url, pool, rate=150, seconds=2, mix="high_value=0.4,core=0.3,long_tail=0.3")
+    assert report.errors == 0
+    served = report.served
+    assert served["high_value/v2/model"] > 50
+    assert not any(k.startswith("high_value/v1") for k in served)
+    assert served["core/v1/model"] > 30 and served["long_tail/v1/model"] > 30
+    assert not any(k.startswith(("core/v2", "long_tail/v2")) for k in served)
+
+
+def test_canary_percent_splits_by_user_and_is_sticky(world, gateway, pool, api):
+    url, _ = gateway
+    _route(world, gateway, "--stable", str(GOOD), "--candidate", str(HEALTHY_CANDIDATE), "--percent", "*=30")
+    seen: dict[int, set[int]] = {}
+    for _, row in pool.head(120).iterrows():
+        for _ in range(2):
+            answer = api.post(f"{url}/v1/predict", json=_body(row)).json()
+            seen.setdefault(int(row["user_id"]), set()).add(answer["model_version"])
+    assert all(len(versions) == 1 for versions in seen.values()), "a user moved between versions"
+    share = np.mean([HEALTHY_CANDIDATE in v for v in seen.values()])
+    assert 0.15 < share < 0.45
+
+
+def test_routing_change_takes_effect_within_a_second(world, gateway, pool, api):
+    url, config = gateway
+    _route(world, gateway, "--stable", str(GOOD), "--candidate", str(HEALTHY_CANDIDATE), "--percent", "*=0")
+    body = _body(pool.iloc[1])
+    assert api.post(f"{url}/v1/predict", json=body).json()["model_version"] == GOOD
+    written = time.monotonic()
+    world.routing(config, "set", "--percent", "*=100")
+    while api.post(f"{url}/v1/predict", json=body).json()["model_version"] != HEALTHY_CANDIDATE:
+        assert time.monotonic() - written < 1.0, "routing change not applied within 1 s"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("faulty", "mix", "kind"),
+    [(NAN_ALL, None, "nan"), (ERRORS, None, "error"), (NAN_LONG_TAIL, "long_tail=1", "nan")],
+    ids=["nan", "errors", "nan-on-long-tail-only"],
+)
+def test_fast_guard_fails_over_with_no_client_errors(world, gateway, pool, faulty, mix, kind):
+    url, config = gateway
+    _route(world, gateway, "--stable", str(GOOD), "--candidate", str(faulty), "--percent", "*=100", "--clear-trips")
+    failures_before = _metric(url, "mlrelease_gateway_model_failures_total", version=str(faulty), kind=kind)
+    injected = time.time()
+    report = _load(world, url, pool, rate=200, seconds=2.5, mix=mix)
+    assert report.errors == 0, report.statuses
+    by_faulty = sum(n for key, n in report.served.items() if f"/v{faulty}/" in key)
+    if faulty == NAN_LONG_TAIL:  # its answers off remote routes are fine, until the first remote ones trip it
+        assert by_faulty < 0.1 * report.sent, report.served
+    else:
+        assert by_faulty == 0, report.served
+    trips = [t for t in world.routing(config, "show")["state"]["guard_trips"] if t["version"] == faulty]
+    assert len(trips) == 1
+    assert parse_timestamp(trips[0]["at"], name="at").timestamp() - injected < 1.0
+    events = world.routing(config, "show")["events"]
+    assert any(e["type"] == "guard_trip" and e["version"] == faulty for e in events)
+    failures = _metric(url, "mlrelease_gateway_model_failures_total", version=str(faulty), kind=kind) - failures_before
+    assert 1 <= failures <= 3 + 32  # the trip threshold, plus requests already in flight when it tripped
+
+
+def test_clearing_a_trip_puts_the_candidate_back(world, gateway, pool, api):
+    url, _ = gateway
+    _route(world, gateway, "--stable", str(GOOD), "--candidate", str(NAN_ALL), "--percent", "*=100", "--clear-trips")
+    _load(world, url, pool, rate=100, seconds=0.5)
+    _route(world, gateway, "--candidate", str(HEALTHY_CANDIDATE), "--clear-trips")
+    assert api.post(f"{url}/v1/predict", json=_body(pool.iloc[2])).json()["model_version"] == HEALTHY_CANDIDATE
+
+
+def test_rule_fallback_when_no_version_answers(world, gateway, pool, api):
+    url, _ = gateway
+    _route(world, gateway, "--stable", "9", "--candidate", "0", "--clear-trips", "--skip-triton-check")
+    row = pool.iloc[3]
+    answer = api.post(f"{url}/v1/predict", json=_body(row)).json()
+    assert answer["source"] == "fallback_rule" and answer["model_version"] is None
+    assert answer["eta_prediction"] == pytest.approx(rule_eta(load_config().fallback, row.to_dict()))
+    assert requests.get(f"{url}/readyz").status_code == 503
+
+
+def test_unknown_and_stale_entities_are_refused(world, gateway, pool, api):
+    url, _ = gateway
+    _route(world, gateway, "--stable", str(GOOD), "--candidate", "0")
+    unknown = api.post(f"{url}/v1/predict", json={**_body(pool.iloc[0]), "user_id": 987_654_321})
+    assert unknown.status_code == 404 and unknown.json()["error"] == "unknown_entity"
+    assert "user_id 987654321" in unknown.json()["detail"]
+    orders = traffic.order_pool(world.settings.offline_dir, AS_OF - pd.Timedelta(hours=12), load_config().cohorts)
+    stale = api.post(f"{url}/v1/predict", json=_body(orders.iloc[0]))
+    assert stale.status_code == 400
+    assert stale.json()["feature_stale_reason"].startswith("package_features is ")
+
+
+def test_bad_requests_get_clear_errors(world, gateway, pool, api):
+    url, _ = gateway
+    body = _body(pool.iloc[0])
+    assert requests.post(f"{url}/v1/predict", json=body).status_code == 401
+    assert requests.post(f"{url}/v1/predict", json=body, headers={"X-API-Key": "nope"}).status_code == 401
+    missing = api.post(f"{url}/v1/predict", json={k: v for k, v in body.items() if k != "route_id"})
+    assert missing.status_code == 422 and missing.json()["detail"][0]["loc"] == ["body", "route_id"]
+    wrong = api.post(f"{url}/v1/predict", json={**body, "user_id": "five"})
+    assert wrong.status_code == 422 and wrong.json()["detail"][0]["loc"] == ["body", "user_id"]
+    broken = api.post(f"{url}/v1/predict", data=b"{not json", headers={"Content-Type": "application/json"})
+    assert broken.status_code == 422
+    huge = api.post(f"{url}/v1/predict", json={**body, "pad": "x" * 50_000})
+    assert huge.status_code == 413 and huge.json()["error"] == "body_too_large"
+    chunked = api.post(
+        f"{url}/v1/predict", data=iter([b"{", b" " * 40_000, b"}"]), headers={"Content-Type": "application/json"}
+    )
+    assert chunked.status_code == 413
+
+
+def test_corrupt_routing_state_keeps_the_last_good_one(world, gateway, pool, api):
+    url, config = gateway
+    revision = _route(world, gateway, "--stable", str(GOOD), "--candidate", "0")
+    state_file = world.home / "main" / "routing.json"
+    good_text = state_file.read_text()
+    state_file.write_text('{"revision": "garbage"')
+    time.sleep(0.5)
+    answer = api.post(f"{url}/v1/predict", json=_body(pool.iloc[0]))
+    assert answer.status_code == 200 and answer.json()["routing_revision"] == revision
+    view = api.get(f"{url}/v1/routing").json()
+    assert "routing state at file://" in view["store_error"] and "is invalid" in view["store_error"]
+    assert _metric(url, "mlrelease_gateway_routing_state_errors_total") > 0
+    state_file.write_text(good_text)
+
+
+def test_metrics_per_cohort_and_version(world, gateway, pool):
+    url, _ = gateway
+    _route(world, gateway, "--stable", str(GOOD), "--candidate", str(HEALTHY_CANDIDATE), "--percent", "high_value=100")
+    _load(world, url, pool, rate=100, seconds=1, mix="high_value=0.5,core=0.5")
+    assert _metric(url, "mlrelease_gateway_requests_total", cohort="high_value", version="2", source="model") > 0
+    assert _metric(url, "mlrelease_gateway_request_latency_seconds_count", cohort="core", version="1") > 0
+    assert _metric(url, "mlrelease_gateway_confidence_count", cohort="high_value", version="2") > 0
+    assert _metric(url, "mlrelease_gateway_candidate_percent", cohort="high_value") == 100
+    assert requests.get(f"{url}/readyz").json()["ready"] is True
+
+
+def test_rate_limit_per_client(world, tmp_path):
+    from mlrelease.gateway.auth import add_client
+    from mlrelease.gateway.config import RateLimit
+
+    config = world.config_file("limited", auth={"keys_file": str(tmp_path / "keys.yaml")})
+    world.routing(config, "set", "--stable", str(GOOD))
+    key = add_client(tmp_path / "keys.yaml", "slow", RateLimit(per_second=1, burst=2))
+    with gateway_process(config) as url:
+        codes = [requests.post(f"{url}/v1/predict", json={}, headers={"X-API-Key": key}) for _ in range(4)]
+    assert [c.status_code for c in codes[:2]] == [422, 422]
+    assert [c.status_code for c in codes[2:]] == [429, 429]
+    assert float(codes[2].headers["Retry-After"]) > 0
+
+
+def test_triton_down_falls_back_and_replicas_share_trips(world, pool):
+    """A second replica on the same state sees a trip it never caused; a Triton nobody listens on → fallback."""
+    shared = world.config_file("shared")
+    world.routing(shared, "set", "--stable", str(GOOD), "--candidate", str(NAN_ALL), "--percent", "*=100")
+    with gateway_process(shared) as first, gateway_process(shared) as second:
+        report = _load(world, first, pool, rate=100, seconds=1)
+        assert report.errors == 0
+        time.sleep(0.5)  # > one refresh interval
+        before = _metric(second, "mlrelease_gateway_model_failures_total", version=str(NAN_ALL))
+        answers = [
+            requests.post(f"{second}/v1/predict", json=_body(r), headers={"X-API-Key": world.api_key}).json()
+            for _, r in pool.head(20).iterrows()
+        ]
+        assert {a["model_version"] for a in answers} == {GOOD}
+        assert _metric(second, "mlrelease_gateway_model_failures_total", version=str(NAN_ALL)) == before == 0
+    dark = world.config_file("dark", triton_url=f"http://127.0.0.1:{free_port()}")
+    world.routing(dark, "set", "--stable", str(GOOD), "--skip-triton-check")
+    with gateway_process(dark) as url:
+        answer = requests.post(f"{url}/v1/predict", json=_body(pool.iloc[0]), headers={"X-API-Key": world.api_key})
+    assert answer.status_code == 200 and answer.json()["source"] == "fallback_rule"
