@@ -6,7 +6,9 @@ routes only (the long tail), 5 refused at inference (an error on every request).
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -113,6 +115,7 @@ def serving_world(root: Path, offline: Path, mp: pytest.MonkeyPatch) -> Iterator
         client.load(MODEL_NAME)
         for version in versions:
             client.wait_ready(MODEL_NAME, version)
+        client.close()
         key = add_client(home / "api_keys.yaml", "tests")
         yield World(settings=settings, home=home, triton_url=url, api_key=key)
     finally:
@@ -120,7 +123,7 @@ def serving_world(root: Path, offline: Path, mp: pytest.MonkeyPatch) -> Iterator
 
 
 @contextmanager
-def gateway_process(config: Path, *, port: int | None = None) -> Iterator[str]:
+def gateway_process(config: Path, *, port: int | None = None, env: dict[str, str] | None = None) -> Iterator[str]:
     """`mlrelease gateway` as a real process (uvicorn); yields its base URL once it answers /healthz."""
     port = port or free_port()
     log = config.with_name(f"gateway-{port}.log")
@@ -130,6 +133,7 @@ def gateway_process(config: Path, *, port: int | None = None) -> Iterator[str]:
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=REPO,
+            env={**os.environ, **(env or {})},
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -148,3 +152,28 @@ def gateway_process(config: Path, *, port: int | None = None) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+@contextmanager
+def own_redis(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A redis-server this test may kill (the session one must stay up); yields host:port and the process."""
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    try:
+        yield f"127.0.0.1:{port}", proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import requests
+from hypothesis import HealthCheck, settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from mlrelease.gateway import traffic
@@ -301,3 +302,65 @@ def test_triton_down_falls_back_and_replicas_share_trips(world, pool):
     with gateway_process(dark) as url:
         answer = requests.post(f"{url}/v1/predict", json=_body(pool.iloc[0]), headers={"X-API-Key": world.api_key})
     assert answer.status_code == 200 and answer.json()["source"] == "fallback_rule"
+
+
+def test_redis_online_store_and_routing_state(world, pool, tmp_path):
+    """Several replicas' production choice: Redis for features and routing. Redis down → 503, no crash."""
+    import redis as redis_client
+
+    from mlrelease.gateway.routing_store import open_routing_store
+    from mlrelease.settings import Settings
+    from mlrelease.steps.materialize import materialize
+    from tests.integration.serving_world import WINDOW, own_redis
+
+    with own_redis(tmp_path) as (address, server), pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLRELEASE_ONLINE_STORE", "redis")
+        mp.setenv("MLRELEASE_REDIS_URL", address)
+        materialize(Settings.from_env(), WINDOW, pd.Timedelta(hours=2).to_pytimedelta())
+        config = world.config_file("redis", routing={"state_url": f"redis://{address}/0"})
+        world.routing(config, "set", "--stable", str(GOOD), "--candidate", str(NAN_ALL), "--percent", "*=100")
+        env = {"MLRELEASE_ONLINE_STORE": "redis", "MLRELEASE_REDIS_URL": address}
+        with gateway_process(config, env=env) as url:
+            report = _load(world, url, pool, rate=100, seconds=1)
+            assert report.errors == 0 and report.statuses["200"] == report.sent
+            stored = open_routing_store(f"redis://{address}/0", MODEL_NAME).read()
+            assert stored is not None and [t.version for t in stored.guard_trips] == [NAN_ALL]
+            assert (
+                redis_client.Redis.from_url(f"redis://{address}/0").xlen(f"mlrelease:routing:{MODEL_NAME}:events") >= 1
+            )
+
+            server.kill()
+            server.wait()
+            started = time.monotonic()
+            down = requests.post(f"{url}/v1/predict", json=_body(pool.iloc[0]), headers={"X-API-Key": world.api_key})
+            assert time.monotonic() - started < 2.0
+            assert down.status_code == 503 and down.json()["error"] == "feature_store_unavailable"
+            time.sleep(0.5)
+            view = requests.get(f"{url}/v1/routing", headers={"X-API-Key": world.api_key}).json()
+            assert "unreachable" in view["store_error"] and view["state"]["stable_version"] == GOOD
+            assert requests.get(f"{url}/healthz").status_code == 200
+
+
+@pytest.fixture(scope="module")
+def api_schema(world, gateway):
+    import schemathesis
+
+    url, _ = gateway
+    _route(world, gateway, "--stable", str(GOOD), "--candidate", str(HEALTHY_CANDIDATE), "--percent", "*=50")
+    return schemathesis.openapi.from_url(f"{url}/openapi.json")
+
+
+def test_fuzzing_the_openapi_finds_no_server_errors(world, api_schema):
+    """schemathesis generates valid and invalid requests for every operation; every check must hold (no 5xx)."""
+    from hypothesis import given
+
+    operations = [result.ok() for result in api_schema.get_all_operations()]
+    assert {op.path for op in operations} >= {"/v1/predict", "/v1/routing", "/readyz"}
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+        def check(case) -> None:
+            case.call_and_validate(headers={"X-API-Key": world.api_key})
+
+        check()

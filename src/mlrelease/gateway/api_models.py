@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Id = Field(ge=1, le=2**63 - 1)
+# Ids stay within 2**53 so every JSON client (JavaScript included) round-trips them exactly.
+Id = Field(ge=1, le=2**53 - 1)
 
 
 class SuppliedFeatures(BaseModel):

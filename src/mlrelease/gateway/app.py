@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import APIKeyHeader
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -214,7 +214,7 @@ def _add_ops_routes(app: FastAPI, router: Router, metrics: GatewayMetrics) -> No
             "store_error": router.last_error,
         }
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus() -> Response:
         """Prometheus exposition of this process's metrics."""
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

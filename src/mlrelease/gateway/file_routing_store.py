@@ -69,7 +69,7 @@ class FileRoutingStore:
 
     def read_events(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest `limit` events, oldest first."""
-        if not self._events.is_file():
+        if limit <= 0 or not self._events.is_file():
             return []
         lines = self._events.read_text(encoding="utf-8").splitlines()[-limit:]
         return [json.loads(line) for line in lines if line.strip()]

@@ -10,6 +10,8 @@ import json
 from typing import Any
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from mlrelease.gateway.routing_state import RoutingState
 from mlrelease.gateway.routing_store import (
@@ -35,7 +37,13 @@ class RedisRoutingStore:
         self.location = f"{url.rstrip('/')}#mlrelease:routing:{model}"
         self._key = f"mlrelease:routing:{model}"
         self._events = f"{self._key}:events"
-        self._redis = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        # One quick retry, not redis-py's default of three with up to 10 s backoff: an outage must show in < 1 s.
+        self._redis = redis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
+        )
 
     def _unavailable(self, exc: Exception) -> RoutingStoreUnavailable:
         return RoutingStoreUnavailable(f"routing state {self.location} is unreachable: {exc}")
@@ -77,6 +85,8 @@ class RedisRoutingStore:
 
     def read_events(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest `limit` events, oldest first."""
+        if limit <= 0:
+            return []
         try:
             entries = self._redis.xrevrange(self._events, count=limit)
         except redis.RedisError as exc:

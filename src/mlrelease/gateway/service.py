@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Literal
 
@@ -14,7 +15,7 @@ from mlrelease.gateway.fallback import rule_eta
 from mlrelease.gateway.guard import BreakerState, CircuitBreaker
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import ModelAnswer, ModelFailure, TritonModelClient
-from mlrelease.gateway.online_features import FeatureLookup
+from mlrelease.gateway.online_features import FeatureLookup, FeatureStoreUnavailable
 from mlrelease.gateway.router import Router
 from mlrelease.model.features import encode_row
 
@@ -61,8 +62,12 @@ class PredictService:
             return request.features.model_dump()
         started = time.perf_counter()
         ids = {"user_id": request.user_id, "package_id": request.package_id, "route_id": request.route_id}
+        timeout_s = self.config.feature_timeout_ms / 1000
         try:
-            return await run_in_threadpool(self.lookup.fetch, ids)
+            # The store's own client may retry for seconds (redis-py backs off up to 10 s): answer 503 long before.
+            return await asyncio.wait_for(run_in_threadpool(self.lookup.fetch, ids), timeout_s)
+        except TimeoutError:
+            raise FeatureStoreUnavailable(f"online feature lookup took over {timeout_s * 1000:.0f} ms") from None
         finally:
             self.metrics.feature_latency.observe(time.perf_counter() - started)
 

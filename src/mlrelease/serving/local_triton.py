@@ -193,6 +193,7 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
         f"--backend-directory={paths.backends}",
         "--model-control-mode=explicit",
         "--exit-on-error=false",  # one bad candidate must not take the stable model down with it
+        "--exit-timeout-secs=5",  # on stop, idle keep-alive clients would otherwise hold it for 30 s
         "--http-address=127.0.0.1",
         f"--http-port={ports.http}",
         "--grpc-address=127.0.0.1",
@@ -229,7 +230,8 @@ def down(settings: Settings, timeout_s: float = 20.0) -> dict[str, Any]:
     os.killpg(pid, signal.SIGTERM)  # its own session: the python-backend stubs go with it
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and _running_pid(paths) is not None:
-        time.sleep(0.2)
+        _reap(pid)  # a server that is our own child stays a zombie (and looks alive) until reaped
+        time.sleep(0.1)
     if _running_pid(paths) is not None:
         os.killpg(pid, signal.SIGKILL)
     _reap(pid)

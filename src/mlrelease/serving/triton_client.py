@@ -106,6 +106,10 @@ class TritonClient:
         )
         return {name: result.as_numpy(name).reshape(-1) for name in outputs}
 
+    def close(self) -> None:
+        """Close the connection (an idle keep-alive connection delays a server's shutdown)."""
+        self._client.close()
+
     def index(self) -> list[dict[str, Any]]:
         """The repository index: every model/version Triton knows and its state."""
         return list(self._do("reading the repository index", self._client.get_model_repository_index))
