@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from mlrelease.devkit import free_port  # noqa: F401 - re-exported for the test modules
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins"))  # as Airflow does for plugins_folder
 # Airflow reads its config at import: point it at the repo's airflow.cfg and a throwaway home.
@@ -30,13 +32,6 @@ WINDOW_START = "2026-11-28T02:00:00+00:00"
 WINDOW_END = "2026-11-29T02:00:00+00:00"
 HISTORY = (date(2026, 11, 20), date(2026, 11, 29))
 ROWS_PER_DAY = 600
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

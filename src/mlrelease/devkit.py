@@ -6,7 +6,16 @@ staged with chosen versions (good or faulty), ready for the local Triton server.
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,7 +25,17 @@ from mlrelease.model.features import FEATURES, TARGET, encode
 from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import MODEL_NAME
 from mlrelease.serving.cpu_repo import sync_cpu_repository
+from mlrelease.serving.local_triton import TritonPaths
 from mlrelease.serving.triton_repo import ServingConfig, build_config, write_config, write_version
+from mlrelease.settings import Settings
+from mlrelease.timewindow import Window
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def training_frame(offline_dir: Path) -> pd.DataFrame:
@@ -47,3 +66,93 @@ def stage_repository(production_root: Path, cpu_root: Path, versions: dict[int, 
     config = build_config(MODEL_NAME, len(FEATURES), OUTPUTS, sorted(versions), ServingConfig())
     write_config(production_root, config)
     sync_cpu_repository(production_root, cpu_root, MODEL_NAME)
+
+
+# Versions staged by `start_serving_world`: a good stable, a healthy candidate, and one per fault kind.
+GOOD, HEALTHY_CANDIDATE, NAN_ALL, NAN_LONG_TAIL, ERRORS = 1, 2, 3, 4, 5
+
+
+def standard_versions(good: bytes) -> dict[int, bytes]:
+    """The good model as versions 1 and 2, and faulty copies: NaN everywhere, NaN on remote routes, errors."""
+    from mlrelease.serving.faults import faulty_model
+
+    return {
+        GOOD: good,
+        HEALTHY_CANDIDATE: good,
+        NAN_ALL: faulty_model(good, "nan"),
+        NAN_LONG_TAIL: faulty_model(good, "nan", only_where="is_remote"),
+        ERRORS: faulty_model(good, "error"),
+    }
+
+
+def start_serving_world(settings: Settings, window: Window) -> str:
+    """Features applied and materialized for `window`, the standard versions served by a local Triton; its URL.
+
+    The caller owns the environment (MLRELEASE_HOME, Triton ports) and stops Triton with `local_triton.down`.
+    """
+    from mlrelease.model.onnx_export import to_onnx
+    from mlrelease.serving import local_triton
+    from mlrelease.serving.triton_client import TritonClient
+    from mlrelease.steps.apply_features import apply_features
+    from mlrelease.steps.materialize import materialize
+
+    apply_features(settings)
+    materialize(settings, window, timedelta(hours=2))
+    model, _ = quick_model(settings.offline_dir, max_iter=40)
+    versions = standard_versions(to_onnx(model))
+    stage_repository(settings.home / "model_repository", TritonPaths.from_settings(settings).cpu_repository, versions)
+    local_triton.up(settings)
+    url = local_triton.Ports.from_env().http_url
+    client = TritonClient(url)
+    client.load(MODEL_NAME)
+    for version in versions:
+        client.wait_ready(MODEL_NAME, version)
+    client.close()  # an idle keep-alive connection would hold the server's shutdown
+    return url
+
+
+def write_gateway_config(path: Path, **overrides: Any) -> Path:
+    """The repo's gateway config with top-level overrides (a dict value is merged into its section)."""
+    import yaml
+
+    from mlrelease.gateway.config import DEFAULT_CONFIG
+
+    config = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))
+    for key, value in overrides.items():
+        config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+@contextmanager
+def gateway_process(config: Path, port: int, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`mlrelease gateway` as a real process; yields its base URL once /healthz answers, stops it afterwards."""
+    import requests
+
+    log = config.with_name(f"gateway-{port}.log")
+    binary = Path(sys.executable).with_name("mlrelease")
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.Popen(
+            [str(binary), "gateway", "--config", str(config), "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"gateway exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                if requests.get(f"{url}/healthz", timeout=0.5).ok:
+                    break
+            except requests.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"gateway did not answer within 60 s: {log.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)

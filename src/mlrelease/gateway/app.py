@@ -22,6 +22,7 @@ from mlrelease.gateway.config import GatewayConfig, load_config
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import TritonModelClient
 from mlrelease.gateway.online_features import (
+    BatchingLookup,
     FeatureLookup,
     FeatureStoreUnavailable,
     StaleFeatures,
@@ -129,7 +130,7 @@ def _lifespan(
         from mlrelease.feast_store import open_store
         from mlrelease.serving.endpoint import triton_url
 
-        lookup = FeatureLookup(open_store(settings), _replay_or_wall_clock(config))
+        lookup = BatchingLookup(FeatureLookup(open_store(settings), _replay_or_wall_clock(config)))
         model = TritonModelClient(
             config.triton_url or triton_url(), config.model, (config.guard.min_eta_hours, config.guard.max_eta_hours)
         )
@@ -140,6 +141,7 @@ def _lifespan(
             yield
         finally:
             await router.stop()
+            await lookup.close()
             await model.close()
 
     return lifespan
@@ -167,11 +169,13 @@ def _authentication(config: GatewayConfig, authenticator: Authenticator) -> Call
 
 def _add_api_routes(app: FastAPI, router: Router, authenticate: Callable[..., Awaitable[str]]) -> None:
     @app.post("/v1/predict", response_model=PredictResponse, responses=ERROR_RESPONSES)
-    async def predict(request: Request, body: PredictRequest, client: str = Depends(authenticate)) -> PredictResponse:
+    async def predict(request: Request, body: PredictRequest, client: str = Depends(authenticate)) -> Response:
         """Estimate one order's delivery time with the model version its cohort is routed to."""
         try:
             service: PredictService = request.app.state.service
-            return await service.predict(body)
+            answer = await service.predict(body)
+            # Already a validated model: serialize it once here instead of FastAPI validating it again.
+            return Response(answer.model_dump_json(), media_type="application/json")
         except StaleFeatures as exc:
             raise ApiError(400, "feature_stale", "features too old to serve", feature_stale_reason=str(exc)) from None
         except UnknownEntity as exc:

@@ -134,7 +134,7 @@ class GatewayConfig(_Strict):
     model: str = MODEL_NAME
     triton_url: str = Field("", description="empty: MLRELEASE_TRITON_URL, else the local server")
     max_body_bytes: int = Field(16_384, ge=256)
-    feature_timeout_ms: float = Field(250.0, gt=0, description="an online lookup slower than this is a 503")
+    feature_timeout_ms: float = Field(1000.0, gt=0, description="an online lookup slower than this is a 503")
     replay_as_of: datetime | None = Field(
         None, description="judge feature freshness as of this instant instead of now (replays and demos only)"
     )

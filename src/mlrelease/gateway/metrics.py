@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from mlrelease.model.estimator import LOW_CONFIDENCE
@@ -17,6 +19,7 @@ class GatewayMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._answer_children: dict[tuple[str, str, str], tuple[Any, ...]] = {}
         r = self.registry
         self.requests = Counter(
             f"{PREFIX}_requests", "Answered predictions.", ["cohort", "version", "source"], registry=r
@@ -81,9 +84,20 @@ class GatewayMetrics:
 
     def observe_answer(self, cohort: str, version: str, source: str, eta: float, confidence: float, s: float) -> None:
         """Record one answered prediction."""
-        self.requests.labels(cohort, version, source).inc()
-        self.latency.labels(cohort, version).observe(s)
-        self.confidence.labels(cohort, version).observe(confidence)
-        self.prediction.labels(cohort, version).observe(eta)
+        key = (cohort, version, source)
+        children = self._answer_children.get(key)
+        if children is None:  # labels() costs a lock and a tuple build per call: resolve each series once
+            children = self._answer_children[key] = (
+                self.requests.labels(cohort, version, source),
+                self.latency.labels(cohort, version),
+                self.confidence.labels(cohort, version),
+                self.prediction.labels(cohort, version),
+                self.low_confidence.labels(cohort, version),
+            )
+        requests, latency, confidence_hist, prediction, low = children
+        requests.inc()
+        latency.observe(s)
+        confidence_hist.observe(confidence)
+        prediction.observe(eta)
         if confidence < LOW_CONFIDENCE:
-            self.low_confidence.labels(cohort, version).inc()
+            low.inc()

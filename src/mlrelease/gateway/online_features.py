@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,26 +77,85 @@ class FeatureLookup:
 
     def fetch(self, entity_ids: dict[str, int]) -> dict[str, Any]:
         """Feature name -> value; raises UnknownEntity, StaleFeatures or FeatureStoreUnavailable."""
+        result = self.fetch_many([entity_ids])[0]
+        if isinstance(result, FeatureLookupError):
+            raise result
+        return result
+
+    def fetch_many(self, rows: list[dict[str, int]]) -> list[dict[str, Any] | FeatureLookupError]:
+        """One online read for many requests; per row its features or the error that refuses it."""
         try:
-            response = self._store.get_online_features(features=self._service, entity_rows=[entity_ids])
+            response = self._store.get_online_features(features=self._service, entity_rows=rows)
             raw = response.to_dict(include_event_timestamps=True)
         except Exception as exc:  # Feast surfaces the store's own errors (redis, sqlite3…): all mean "no answer"
             log.warning("online store lookup failed: %s", exc)
-            raise FeatureStoreUnavailable(f"online feature store unavailable: {type(exc).__name__}") from None
+            down = FeatureStoreUnavailable(f"online feature store unavailable: {type(exc).__name__}")
+            return [down for _ in rows]
         now = self._clock().timestamp()
+        return [self._check_row(raw, i, ids, now) for i, ids in enumerate(rows)]
+
+    def _check_row(
+        self, raw: dict[str, list[Any]], i: int, ids: dict[str, int], now: float
+    ) -> dict[str, Any] | FeatureLookupError:
         values: dict[str, Any] = {}
         stale: list[str] = []
         for budget in self._budgets:
-            stamps = [raw[f"{name}__ts"][0] or 0 for name in budget.features]
-            if all(raw[name][0] is None for name in budget.features):
-                raise UnknownEntity(f"{budget.entity_key} {entity_ids[budget.entity_key]} has no {budget.view}")
-            age_h = (now - min(stamps)) / 3600
+            if all(raw[name][i] is None for name in budget.features):
+                return UnknownEntity(f"{budget.entity_key} {ids[budget.entity_key]} has no {budget.view}")
+            age_h = (now - min(raw[f"{name}__ts"][i] or 0 for name in budget.features)) / 3600
             if age_h > budget.budget_hours:
                 stale.append(f"{budget.view} is {age_h:.1f} h old (budget {budget.budget_hours:g} h)")
-            values.update({name: raw[name][0] for name in budget.features})
-        if stale:
-            raise StaleFeatures("; ".join(stale))
-        return values
+            values.update({name: raw[name][i] for name in budget.features})
+        return StaleFeatures("; ".join(stale)) if stale else values
+
+
+class BatchingLookup:
+    """Coalesces concurrent lookups into one online read: while a read runs, new requests queue for the next.
+
+    Feast's per-call overhead (~1 ms of Python) dominates a one-row read, so under load this cuts the CPU
+    per request several times; with no load a request is read alone, with no added wait.
+
+    :param lookup: the underlying FeatureLookup.
+    :param max_batch: most rows per read.
+    """
+
+    def __init__(self, lookup: FeatureLookup, max_batch: int = 64) -> None:
+        self.lookup = lookup
+        self.max_batch = max_batch
+        self._queue: asyncio.Queue[tuple[dict[str, int], asyncio.Future[dict[str, Any]]]] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+
+    async def fetch(self, entity_ids: dict[str, int]) -> dict[str, Any]:
+        """Features for one request (raises the lookup errors), read together with whatever else is waiting."""
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._drain(), name="feature-batches")
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        await self._queue.put((entity_ids, future))
+        return await future
+
+    async def _drain(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while not self._queue.empty() and len(batch) < self.max_batch:
+                batch.append(self._queue.get_nowait())
+            try:
+                results = await asyncio.to_thread(self.lookup.fetch_many, [ids for ids, _ in batch])
+            except Exception as exc:  # a bug, not an outage: fail these requests, keep serving the next ones
+                log.exception("feature batch failed")
+                results = [FeatureStoreUnavailable(f"feature lookup failed: {type(exc).__name__}")] * len(batch)
+            for (_, future), result in zip(batch, results, strict=True):
+                if future.done():  # the caller timed out and went away
+                    continue
+                if isinstance(result, FeatureLookupError):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
+    async def close(self) -> None:
+        """Stop the batching task."""
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
 
 
 def wall_clock() -> datetime:

@@ -6,8 +6,6 @@ import asyncio
 import time
 from typing import Any, Literal
 
-from starlette.concurrency import run_in_threadpool
-
 from mlrelease.gateway.api_models import PredictRequest, PredictResponse
 from mlrelease.gateway.cohorts import assign_cohort, bucket
 from mlrelease.gateway.config import GatewayConfig
@@ -15,7 +13,7 @@ from mlrelease.gateway.fallback import rule_eta
 from mlrelease.gateway.guard import BreakerState, CircuitBreaker
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import ModelAnswer, ModelFailure, TritonModelClient
-from mlrelease.gateway.online_features import FeatureLookup, FeatureStoreUnavailable
+from mlrelease.gateway.online_features import BatchingLookup, FeatureStoreUnavailable
 from mlrelease.gateway.router import Router
 from mlrelease.model.features import encode_row
 
@@ -28,7 +26,7 @@ class PredictService:
     """Answers one PredictRequest; the HTTP layer maps its exceptions to responses.
 
     :param config: the gateway config.
-    :param lookup: Feast online lookup with freshness checks.
+    :param lookup: Feast online lookup with freshness checks (batched).
     :param model: async Triton client.
     :param router: current routing state and local trips.
     :param metrics: metrics to record into.
@@ -37,7 +35,7 @@ class PredictService:
     def __init__(
         self,
         config: GatewayConfig,
-        lookup: FeatureLookup,
+        lookup: BatchingLookup,
         model: TritonModelClient,
         router: Router,
         metrics: GatewayMetrics,
@@ -65,7 +63,8 @@ class PredictService:
         timeout_s = self.config.feature_timeout_ms / 1000
         try:
             # The store's own client may retry for seconds (redis-py backs off up to 10 s): answer 503 long before.
-            return await asyncio.wait_for(run_in_threadpool(self.lookup.fetch, ids), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await self.lookup.fetch(ids)
         except TimeoutError:
             raise FeatureStoreUnavailable(f"online feature lookup took over {timeout_s * 1000:.0f} ms") from None
         finally:
