@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
@@ -118,7 +119,7 @@ def create_app(config: GatewayConfig, settings: Settings) -> FastAPI:
     _add_api_routes(app, router, authenticate)
     _add_ops_routes(app, router, metrics)
     _install_error_handlers(app, metrics)
-    app.state.metrics, app.state.router = metrics, router
+    app.state.config, app.state.metrics, app.state.router = config, metrics, router
     return app
 
 
@@ -245,4 +246,5 @@ def _install_error_handlers(app: FastAPI, metrics: GatewayMetrics) -> None:
 
 def create_app_from_env() -> FastAPI:
     """App factory for uvicorn workers: config from MLRELEASE_GATEWAY_CONFIG, settings from the environment."""
-    return create_app(load_config(), Settings.from_env())
+    as_of = os.environ.get("MLRELEASE_GATEWAY_REPLAY_AS_OF")  # set by `mlrelease gateway --as-of … --workers N`
+    return create_app(load_config(replay_as_of=as_of), Settings.from_env())

@@ -18,8 +18,7 @@ DEFAULT_PORT = 8080
 def _config(args: argparse.Namespace) -> Any:
     from mlrelease.gateway.config import load_config
 
-    as_of = getattr(args, "as_of", None) or os.environ.get("MLRELEASE_GATEWAY_REPLAY_AS_OF")
-    return load_config(args.config, replay_as_of=as_of)
+    return load_config(args.config, replay_as_of=getattr(args, "as_of", None))
 
 
 def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
