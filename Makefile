@@ -84,6 +84,7 @@ bench: setup
 	python bench/bench_materialize.py
 	python bench/bench_dag_parse.py
 	python bench/bench_serving.py
+	python bench/bench_gateway.py
 
 clean:
 	rm -rf $(MLRELEASE_HOME)
