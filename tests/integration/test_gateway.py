@@ -206,7 +206,7 @@ def test_clearing_a_trip_puts_the_candidate_back(world, gateway, pool, api):
     url, _ = gateway
     _route(world, gateway, "--stable", str(GOOD), "--candidate", str(NAN_ALL), "--percent", "*=100", "--clear-trips")
     _load(world, url, pool, rate=100, seconds=0.5)
-    _route(world, gateway, "--candidate", str(HEALTHY_CANDIDATE), "--clear-trips")
+    _route(world, gateway, "--candidate", str(HEALTHY_CANDIDATE), "--percent", "*=100", "--clear-trips")
     assert api.post(f"{url}/v1/predict", json=_body(pool.iloc[2])).json()["model_version"] == HEALTHY_CANDIDATE
 
 

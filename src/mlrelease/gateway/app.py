@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -33,6 +34,8 @@ from mlrelease.gateway.online_features import (
 from mlrelease.gateway.router import Router
 from mlrelease.gateway.routing_store import open_routing_store
 from mlrelease.gateway.service import PredictService, RoutingStateMissing
+from mlrelease.serving.endpoint import triton_url
+from mlrelease.serving.triton_client import host_port
 from mlrelease.settings import Settings
 
 
@@ -110,8 +113,12 @@ def create_app(config: GatewayConfig, settings: Settings) -> FastAPI:
             f"no API clients in {config.keys_file(settings)}: add one with `mlrelease gateway-key add NAME` "
             "(or set auth.required: false for a closed test network)"
         )
+    host_port(config.triton_url or triton_url())  # a malformed URL fails here, not inside a worker's lifespan
     router = Router(
-        open_routing_store(config.state_url(settings), config.model), metrics, config.routing.refresh_interval_s
+        open_routing_store(config.state_url(settings), config.model),
+        metrics,
+        config.routing.refresh_interval_s,
+        config.model,
     )
     app = FastAPI(title="mlrelease gateway", version="1", lifespan=_lifespan(config, settings, router, metrics))
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes, metrics=metrics)
@@ -129,7 +136,6 @@ def _lifespan(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from mlrelease.feast_store import open_store
-        from mlrelease.serving.endpoint import triton_url
 
         lookup = BatchingLookup(FeatureLookup(open_store(settings), _replay_or_wall_clock(config)))
         model = TritonModelClient(
@@ -161,7 +167,7 @@ def _authentication(config: GatewayConfig, authenticator: Authenticator) -> Call
         wait = authenticator.retry_after(client)
         if wait > 0:
             raise ApiError(
-                429, "rate_limited", f"client {client} is over its rate limit", {"Retry-After": f"{wait:.3f}"}
+                429, "rate_limited", f"client {client} is over its rate limit", {"Retry-After": str(math.ceil(wait))}
             )
         return client
 
@@ -216,7 +222,7 @@ def _add_ops_routes(app: FastAPI, router: Router, metrics: GatewayMetrics) -> No
             "ready": stable_ready,
             "routing_revision": state.revision if state else None,
             "stable_version": state.stable_version if state else None,
-            "store_error": router.last_error,
+            "store_ok": router.last_error is None,  # details only on the authenticated /v1/routing
         }
 
     @app.get("/metrics", response_class=PlainTextResponse)

@@ -92,36 +92,41 @@ def parse_percents(items: list[str], cohorts: tuple[str, ...]) -> dict[str, floa
 
 
 def _cmd_routing_set(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    from pydantic import ValidationError
-
-    from mlrelease.gateway.routing_state import RoutingState
-
     config, store = _store(args, settings)
-    if not args.skip_triton_check:
-        _require_served(config, [v for v in (args.stable, args.candidate) if v])
 
-    def mutate(current: RoutingState | None) -> RoutingState:
-        if current is None and args.stable is None:
-            raise StepError("no routing state yet: --stable is required for the first write")
-        fields: dict[str, Any] = current.model_dump() if current else {"model": config.model}
-        if args.stable is not None:
-            fields["stable_version"] = args.stable
-        if args.candidate is not None:
-            fields["candidate_version"] = args.candidate or None  # 0 removes the candidate…
-            if not args.candidate:
-                fields["candidate_percent"] = {}  # …and every share of traffic it had
-        if args.percent is not None:
-            fields["candidate_percent"] = parse_percents(args.percent, config.cohorts.names)
-        if args.clear_trips:
-            fields["guard_trips"] = ()
-        try:
-            return RoutingState.model_validate(fields)
-        except ValidationError as exc:
-            raise StepError(f"refused routing change: {exc.errors()[0]['msg']}") from None
+    def mutate(current: Any) -> Any:
+        state = updated_state(current, args, config)
+        if not args.skip_triton_check:  # inside the write: the checked document is the one stored
+            _require_served(config, state.serving_versions())
+        return state
 
     state = store.update(mutate, by=f"cli:{os.environ.get('USER', 'unknown')}")
     store.append_event({"type": "routing_set", "revision": state.revision, "by": state.updated_by})
     return {"store": store.location, "state": state.model_dump(mode="json")}
+
+
+def updated_state(current: Any, args: argparse.Namespace, config: Any) -> Any:
+    """The routing document after applying `routing set` flags to `current` (validated)."""
+    from pydantic import ValidationError
+
+    from mlrelease.gateway.routing_state import RoutingState
+
+    if current is None and args.stable is None:
+        raise StepError("no routing state yet: --stable is required for the first write")
+    fields: dict[str, Any] = current.model_dump() if current else {"model": config.model}
+    if args.stable is not None:
+        fields["stable_version"] = args.stable
+    if args.candidate is not None and (args.candidate or None) != fields.get("candidate_version"):
+        fields["candidate_version"] = args.candidate or None  # 0 removes the candidate
+        fields["candidate_percent"] = {}  # a new candidate starts with no traffic unless --percent says so
+    if args.percent is not None:
+        fields["candidate_percent"] = parse_percents(args.percent, config.cohorts.names)
+    if args.clear_trips:
+        fields["guard_trips"] = ()
+    try:
+        return RoutingState.model_validate(fields)
+    except ValidationError as exc:
+        raise StepError(f"refused routing change: {exc.errors()[0]['msg']}") from None
 
 
 def _require_served(config: Any, versions: list[int]) -> None:

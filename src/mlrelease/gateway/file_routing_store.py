@@ -58,14 +58,21 @@ class FileRoutingStore:
         with self._locked():
             current = self.read()
             new = stamp(current, mutate(current), by)
-            write_text_atomic(self.path, new.model_dump_json(indent=2) + "\n")
+            try:
+                write_text_atomic(self.path, new.model_dump_json(indent=2) + "\n")
+            except OSError as exc:  # disk full, read-only: nothing was replaced
+                raise RoutingStoreUnavailable(f"routing state {self.location} cannot be written: {exc}") from None
             return new
 
     def append_event(self, event: dict[str, Any]) -> None:
         """Append one JSON line to the event log."""
         line = json.dumps(event, default=str, sort_keys=True) + "\n"
-        with self._locked(), open(self._events, "a", encoding="utf-8") as fh:
-            fh.write(line)
+        with self._locked():
+            try:
+                with open(self._events, "a", encoding="utf-8") as fh:
+                    fh.write(line)
+            except OSError as exc:
+                raise RoutingStoreUnavailable(f"routing events {self._events} cannot be written: {exc}") from None
 
     def read_events(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest `limit` events, oldest first."""

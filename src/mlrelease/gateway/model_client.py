@@ -43,16 +43,23 @@ class TritonModelClient:
         address, tls = host_port(url)
         self.model = model
         self._eta_range = eta_range
-        self._client = aiohttpclient.InferenceServerClient(address, ssl=tls, conn_limit=conn_limit)
+        # Two pools: a slow stable version holding every connection must not make the candidate's
+        # calls wait for one past their short timeout (and trip a healthy candidate).
+        self._clients = {
+            role: aiohttpclient.InferenceServerClient(address, ssl=tls, conn_limit=conn_limit)
+            for role in ("stable", "candidate")
+        }
 
-    async def predict(self, version: int, row: np.ndarray, timeout_s: float) -> ModelAnswer:
+    async def predict(self, version: int, row: np.ndarray, timeout_s: float, role: str = "stable") -> ModelAnswer:
         """ETA and confidence for one encoded row from one version; anything unusable raises ModelFailure."""
         batch = aiohttpclient.InferInput("features", list(row.shape), "FP32")
         batch.set_data_from_numpy(row, binary_data=True)
         outputs = [aiohttpclient.InferRequestedOutput(name, binary_data=True) for name in OUTPUTS]
         try:
             async with asyncio.timeout(timeout_s):  # cheaper than wait_for: no extra task per request
-                result = await self._client.infer(self.model, [batch], model_version=str(version), outputs=outputs)
+                result = await self._clients[role].infer(
+                    self.model, [batch], model_version=str(version), outputs=outputs
+                )
             eta = float(result.as_numpy(OUTPUTS[0]).reshape(-1)[0])
             confidence = float(result.as_numpy(OUTPUTS[1]).reshape(-1)[0])
         except TimeoutError:
@@ -69,10 +76,11 @@ class TritonModelClient:
     async def version_ready(self, version: int) -> bool:
         """Whether Triton reports the version ready (False when Triton does not answer)."""
         try:
-            return bool(await self._client.is_model_ready(self.model, str(version)))
+            return bool(await self._clients["stable"].is_model_ready(self.model, str(version)))
         except Exception:
             return False
 
     async def close(self) -> None:
         """Close the connection pool."""
-        await self._client.close()
+        for client in self._clients.values():
+            await client.close()

@@ -119,10 +119,11 @@ class BatchingLookup:
     :param max_batch: most rows per read.
     """
 
-    def __init__(self, lookup: FeatureLookup, max_batch: int = 64) -> None:
+    def __init__(self, lookup: FeatureLookup, max_batch: int = 64, max_waiting: int = 2048) -> None:
         self.lookup = lookup
         self.max_batch = max_batch
-        self._queue: asyncio.Queue[tuple[dict[str, int], asyncio.Future[dict[str, Any]]]] = asyncio.Queue()
+        # Bounded: during a store outage new requests get a 503 at once instead of queueing behind thousands.
+        self._queue: asyncio.Queue[tuple[dict[str, int], asyncio.Future[dict[str, Any]]]] = asyncio.Queue(max_waiting)
         self._worker: asyncio.Task[None] | None = None
 
     async def fetch(self, entity_ids: dict[str, int]) -> dict[str, Any]:
@@ -130,7 +131,10 @@ class BatchingLookup:
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._drain(), name="feature-batches")
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        await self._queue.put((entity_ids, future))
+        try:
+            self._queue.put_nowait((entity_ids, future))
+        except asyncio.QueueFull:
+            raise FeatureStoreUnavailable("online feature store overloaded: too many lookups waiting") from None
         return await future
 
     async def _drain(self) -> None:
@@ -138,6 +142,9 @@ class BatchingLookup:
             batch = [await self._queue.get()]
             while not self._queue.empty() and len(batch) < self.max_batch:
                 batch.append(self._queue.get_nowait())
+            batch = [(ids, future) for ids, future in batch if not future.done()]  # callers that timed out
+            if not batch:
+                continue
             try:
                 results = await asyncio.to_thread(self.lookup.fetch_many, [ids for ids, _ in batch])
             except Exception as exc:  # a bug, not an outage: fail these requests, keep serving the next ones

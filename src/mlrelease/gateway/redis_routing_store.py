@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -23,6 +24,16 @@ from mlrelease.gateway.routing_store import (
 )
 
 MAX_EVENTS = 10_000
+
+
+def redacted(url: str) -> str:
+    """The URL without its userinfo (a Redis password must not reach logs or API answers)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", "")).rstrip("/")
+
+
 WRITE_ATTEMPTS = 20
 
 
@@ -34,7 +45,7 @@ class RedisRoutingStore:
     """
 
     def __init__(self, url: str, model: str, timeout_s: float = 0.5) -> None:
-        self.location = f"{url.rstrip('/')}#mlrelease:routing:{model}"
+        self.location = f"{redacted(url)}#mlrelease:routing:{model}"  # shown in errors and /v1/routing
         self._key = f"mlrelease:routing:{model}"
         self._events = f"{self._key}:events"
         # One quick retry, not redis-py's default of three with up to 10 s backoff: an outage must show in < 1 s.

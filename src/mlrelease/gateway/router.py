@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from mlrelease.errors import StepError
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.routing_state import GuardTrip, Role, RoutingState, choose
-from mlrelease.gateway.routing_store import RoutingStore
+from mlrelease.gateway.routing_store import RoutingStateCorrupt, RoutingStore
 
 log = logging.getLogger(__name__)
 REPLICA = f"{socket.gethostname()}:{os.getpid()}"
@@ -37,16 +37,19 @@ class Router:
     :param store: where the routing document lives.
     :param metrics: the gateway's metrics.
     :param refresh_interval_s: how often the store is read.
+    :param model: the model this gateway serves (a document for another model is refused).
     """
 
-    def __init__(self, store: RoutingStore, metrics: GatewayMetrics, refresh_interval_s: float) -> None:
+    def __init__(self, store: RoutingStore, metrics: GatewayMetrics, refresh_interval_s: float, model: str) -> None:
         self.store = store
+        self.model = model
         self.metrics = metrics
         self.refresh_interval_s = refresh_interval_s
         self.state: RoutingState | None = None
         self.last_error: str | None = None
         self._trips: dict[int, LocalTrip] = {}
         self._task: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
         self._cohorts_seen: set[str] = set()
 
     @property
@@ -61,9 +64,11 @@ class Router:
         return choose(self.state, cohort, bucket, self.locally_tripped)
 
     async def refresh(self) -> None:
-        """Read the store once; adopt a new revision, or keep the last good state and record why not."""
+        """Read the store once; adopt a newer document, or keep the last good state and record why not."""
         try:
             state = await asyncio.to_thread(self.store.read)
+            if state is not None and state.model != self.model:
+                raise RoutingStateCorrupt(f"routing state at {self.store.location} is for model {state.model!r}")
         except StepError as exc:
             if str(exc) != self.last_error:
                 log.error("keeping routing revision %s: %s", self.state and self.state.revision, exc)
@@ -71,14 +76,18 @@ class Router:
             self.metrics.routing_errors.labels(type(exc).__name__).inc()
             return
         self.last_error = None if state is not None else f"no routing state at {self.store.location} yet"
-        if state is not None and (self.state is None or state.revision != self.state.revision):
+        if state is not None and state.supersedes(self.state):
             self._adopt(state)
 
     def _adopt(self, state: RoutingState) -> None:
+        new_epoch = self.state is None or state.epoch != self.state.epoch
         self.state = state
-        # A trip recorded at revision R is cleared when a later revision no longer carries it (an operator reset).
+        # A trip recorded at revision R is cleared when a later revision no longer carries it (an operator
+        # reset), or when the store was rewritten (new epoch) without it.
         for version, local in list(self._trips.items()):
-            if local.persisted_at is not None and state.revision > local.persisted_at and not state.is_tripped(version):
+            if local.persisted_at is None or state.is_tripped(version):
+                continue
+            if new_epoch or state.revision > local.persisted_at:
                 del self._trips[version]
         self.metrics.routing_revision.set(state.revision)
         # Set every cohort seen so far (0 when no longer listed) rather than clear(): Feast's import turns on
@@ -98,10 +107,11 @@ class Router:
         self._task = asyncio.create_task(self.run(), name="routing-refresh")
 
     async def stop(self) -> None:
-        """Stop the background refresh."""
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Stop the background refresh and any trip still being written."""
+        tasks = [t for t in (self._task, *self._pending) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def trip(self, version: int, reason: str) -> None:
         """Take a version out of service on this replica now, and record the trip in the store in the background."""
@@ -111,10 +121,12 @@ class Router:
         self._trips[version] = LocalTrip(trip)
         self.metrics.guard_trips.labels(str(version)).inc()
         log.error("fast guard tripped version %s: %s", version, reason)
-        asyncio.get_running_loop().create_task(self._persist(version))
+        task = asyncio.get_running_loop().create_task(self._persist(version))
+        self._pending.add(task)  # keep a reference (the loop only holds weak ones) until it is done
+        task.add_done_callback(self._pending.discard)
 
     async def _persist(self, version: int) -> None:
-        """Write the trip into the routing document (other replicas and the DAG read it) and the event log."""
+        """Write the trip into the routing document (other replicas and the DAG read it), then the event log."""
         local = self._trips.get(version)
         delay = 0.1
         while local is not None and local.persisted_at is None:
@@ -122,16 +134,22 @@ class Router:
                 mutate = functools.partial(_with_trip, trip=local.trip)
                 saved = await asyncio.to_thread(self.store.update, mutate, by=REPLICA)
                 local.persisted_at = saved.revision
-                await asyncio.to_thread(
-                    self.store.append_event,
-                    {"type": "guard_trip", "revision": saved.revision, **local.trip.model_dump(mode="json")},
-                )
-                self._adopt(saved)
-            except StepError as exc:  # the store is down: the local trip stands, keep trying
+                if saved.supersedes(self.state):
+                    self._adopt(saved)
+            except Exception as exc:  # the store is down or refused: the local trip stands, keep trying
                 log.error("cannot record guard trip of version %s yet: %s", version, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
             local = self._trips.get(version)
+        if local is not None:
+            event = {"type": "guard_trip", "revision": local.persisted_at, **local.trip.model_dump(mode="json")}
+            for _ in range(5):  # the event log is an audit trail: a few tries, then log and give up
+                try:
+                    await asyncio.to_thread(self.store.append_event, event)
+                    return
+                except Exception as exc:
+                    log.error("cannot append guard-trip event for version %s: %s", version, exc)
+                    await asyncio.sleep(delay)
 
 
 def _with_trip(state: RoutingState | None, trip: GuardTrip) -> RoutingState:

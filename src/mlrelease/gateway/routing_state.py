@@ -36,6 +36,7 @@ class RoutingState(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     revision: int = Field(0, ge=0)
+    epoch: str = ""
     model: str
     stable_version: int = Field(ge=1)
     candidate_version: int | None = Field(None, ge=1)
@@ -54,6 +55,15 @@ class RoutingState(BaseModel):
         if self.candidate_version is None and any(self.candidate_percent.values()):
             raise ValueError("candidate_percent sends traffic to a candidate, but candidate_version is not set")
         return self
+
+    def serving_versions(self) -> list[int]:
+        """Versions this document sends traffic to: stable, and the candidate when any cohort has a share."""
+        receives = self.candidate_version is not None and any(p > 0 for p in self.candidate_percent.values())
+        return [self.stable_version, *([self.candidate_version] if receives else [])]  # type: ignore[list-item]
+
+    def supersedes(self, other: RoutingState | None) -> bool:
+        """Whether this document is newer than `other`: a later revision, or a different epoch (a rewritten store)."""
+        return other is None or self.epoch != other.epoch or self.revision > other.revision
 
     def percent_for(self, cohort: str) -> float:
         """Share (0..100) of a cohort's traffic meant for the candidate."""
@@ -75,6 +85,6 @@ def choose(state: RoutingState, cohort: str, bucket: int, locally_tripped: froze
     candidate = state.candidate_version
     if candidate is None or candidate in locally_tripped or state.is_tripped(candidate):
         return state.stable_version, "stable"
-    if bucket < state.percent_for(cohort) / 100 * BUCKETS:
+    if bucket < round(state.percent_for(cohort) * BUCKETS / 100):  # integer buckets: 7 % is exactly 700
         return candidate, "candidate"
     return state.stable_version, "stable"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -57,12 +58,19 @@ def parse_state(raw: str | bytes, where: str) -> RoutingState:
 def stamp(current: RoutingState | None, new: RoutingState, by: str) -> RoutingState:
     """The document to store: revision one above the current one, written now by `by`."""
     revision = (current.revision if current else 0) + 1
-    return new.model_copy(update={"revision": revision, "updated_at": datetime.now(UTC), "updated_by": by})
+    # The epoch names one document's lifetime: a store that was wiped and rewritten starts a new epoch,
+    # so replicas know its revision numbers start over.
+    epoch = current.epoch if current and current.epoch else uuid.uuid4().hex
+    return new.model_copy(
+        update={"revision": revision, "epoch": epoch, "updated_at": datetime.now(UTC), "updated_by": by}
+    )
 
 
 def open_routing_store(url: str, model: str) -> RoutingStore:
     """The store for a URL: file:///abs/path.json or redis://host:port/db."""
     parts = urlsplit(url)
+    if parts.scheme == "file" and parts.path and parts.netloc not in ("", "localhost"):
+        raise StepError(f"routing state URL {url!r} has a host; a file URL needs three slashes: file:///abs/path.json")
     if parts.scheme == "file" and parts.path:
         from mlrelease.gateway.file_routing_store import FileRoutingStore
 

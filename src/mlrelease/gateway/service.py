@@ -115,7 +115,7 @@ class PredictService:
         breaker = self.breaker(version)
         started = time.perf_counter()
         try:
-            answer = await self.model.predict(version, row, timeout_ms / 1000)
+            answer = await self.model.predict(version, row, timeout_ms / 1000, "candidate" if candidate else "stable")
         except ModelFailure as failure:
             self.metrics.model_failures.labels(str(version), failure.kind).inc()
             if breaker.record_failure() and candidate:

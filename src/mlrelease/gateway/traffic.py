@@ -172,12 +172,12 @@ async def send(
         async def one(body: dict[str, Any]) -> None:
             started = time.perf_counter()
             try:
-                async with session.post("/v1/predict", json=body) as response:
-                    payload = await response.json(content_type=None)
+                async with session.post("/v1/predict", json=body, allow_redirects=False) as response:
                     report.statuses[str(response.status)] += 1
                     if response.status == 200:
+                        payload = await response.json(content_type=None)
                         report.served[f"{payload['cohort']}/v{payload['model_version']}/{payload['source']}"] += 1
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except Exception as exc:  # a refused connection, a timeout, a non-JSON body: count it, keep going
                 report.statuses[type(exc).__name__] += 1
             finally:
                 report.latencies_ms.append((time.perf_counter() - started) * 1000)
