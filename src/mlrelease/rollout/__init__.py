@@ -1,0 +1,1 @@
+"""The staged value-density rollout: plan, guardrail verdicts and the state machine that drives it."""

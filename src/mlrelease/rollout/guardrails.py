@@ -1,0 +1,113 @@
+"""Guardrail verdicts: the candidate against stable on the same cohort and window (pure functions).
+
+Verdicts are ordered pass < inconclusive < fail, and that order is data (`SEVERITY`), so combining
+many verdicts is taking the worst one, not a ladder of ifs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from scipy.stats import ks_2samp
+
+from mlrelease.rollout.plan import Guardrail
+
+MIN_HISTORY = 3  # stable windows needed before a dynamic baseline replaces the fixed threshold
+
+
+class Verdict(StrEnum):
+    """The outcome of one guardrail, or of many combined."""
+
+    PASS = "pass"
+    INCONCLUSIVE = "inconclusive"
+    FAIL = "fail"
+
+
+SEVERITY: dict[Verdict, int] = {Verdict.PASS: 0, Verdict.INCONCLUSIVE: 1, Verdict.FAIL: 2}
+
+
+def worst(verdicts: Iterable[Verdict]) -> Verdict:
+    """The most severe verdict (pass when there are none)."""
+    return max(verdicts, key=SEVERITY.__getitem__, default=Verdict.PASS)
+
+
+@dataclass(frozen=True)
+class CohortWindow:
+    """One version's traffic in one cohort over the judged window."""
+
+    requests: int
+    errors: int
+    nan: int
+    low_confidence: int
+    p99_latency_s: float
+    predictions: Sequence[float] = ()
+
+
+@dataclass(frozen=True)
+class GuardrailResult:
+    """A guardrail's verdict with the numbers behind it (what an alert quotes)."""
+
+    cohort: str
+    metric: str
+    verdict: Verdict
+    candidate: float | None
+    stable: float | None
+    threshold: float
+    reason: str
+
+
+def _share(count: int, window: CohortWindow) -> float:
+    return count / window.requests if window.requests else 0.0
+
+
+def measure(metric: str, window: CohortWindow, reference: CohortWindow) -> float:
+    """The metric's value for `window`, relative to `reference` where the metric is a comparison."""
+    if metric == "error_rate":
+        return _share(window.errors, window)
+    if metric == "nan_rate":
+        return _share(window.nan, window)
+    if metric == "low_confidence_share":
+        return _share(window.low_confidence, window)
+    if metric == "p99_latency_ratio":
+        return window.p99_latency_s / reference.p99_latency_s if reference.p99_latency_s > 0 else float("inf")
+    if metric == "prediction_shift_ks":
+        return float(ks_2samp(window.predictions, reference.predictions).statistic)
+    raise ValueError(f"unknown guardrail metric {metric!r}")
+
+
+def threshold(guardrail: Guardrail, stable_history: Sequence[float]) -> tuple[float, str]:
+    """The breach threshold and where it came from: fixed, or stable's own mean + 2σ over recent windows."""
+    if guardrail.baseline == "stable_dynamic" and len(stable_history) >= MIN_HISTORY:
+        mean, sigma = statistics.fmean(stable_history), statistics.pstdev(stable_history)
+        return mean + 2 * sigma, f"stable mean {mean:.4g} + 2σ ({sigma:.3g}) over {len(stable_history)} windows"
+    return guardrail.max, "fixed"
+
+
+def evaluate(
+    guardrail: Guardrail,
+    cohort: str,
+    candidate: CohortWindow,
+    stable: CohortWindow,
+    *,
+    min_samples: int,
+    stable_history: Sequence[float] = (),
+) -> GuardrailResult:
+    """Judge one guardrail on one cohort: inconclusive below `min_samples`, fail above the threshold."""
+    limit, source = threshold(guardrail, stable_history)
+    compares = guardrail.metric in ("p99_latency_ratio", "prediction_shift_ks")
+    short = candidate.requests < min_samples or (compares and stable.requests < min_samples)
+    if short:
+        reason = (
+            f"{cohort} {guardrail.metric}: not enough traffic (candidate {candidate.requests}, "
+            f"stable {stable.requests}, need {min_samples})"
+        )
+        return GuardrailResult(cohort, guardrail.metric, Verdict.INCONCLUSIVE, None, None, limit, reason)
+    value = measure(guardrail.metric, candidate, stable)
+    baseline = None if compares else measure(guardrail.metric, stable, stable)
+    verdict = Verdict.FAIL if value > limit else Verdict.PASS
+    against = "" if baseline is None else f" (stable {baseline:.4g})"
+    reason = f"{cohort} {guardrail.metric} {value:.4g}{against} {'>' if value > limit else '<='} {limit:.4g} [{source}]"
+    return GuardrailResult(cohort, guardrail.metric, verdict, value, baseline, limit, reason)

@@ -1,0 +1,98 @@
+"""The rollout plan: ordered stages, each opening cohorts to the candidate, with guardrails and a breach action.
+
+Loaded from YAML (`config/rollout_plan.yaml`) and validated on load, so a bad plan fails before any
+traffic moves. Every stage has a production and a demo duration; the profile picks one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from mlrelease.errors import StepError
+from mlrelease.settings import REPO_ROOT
+
+DEFAULT_PLAN = REPO_ROOT / "config" / "rollout_plan.yaml"
+Metric = Literal["error_rate", "nan_rate", "p99_latency_ratio", "low_confidence_share", "prediction_shift_ks"]
+Action = Literal["rollback_cohort", "rollback_all", "pause"]
+Profile = Literal["production", "demo"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Guardrail(_Strict):
+    """One check of the candidate against stable on the same cohort and window.
+
+    `max` is the breach threshold on the candidate's value (for `p99_latency_ratio` the ratio to stable,
+    for `prediction_shift_ks` the KS statistic). With `baseline: stable_dynamic`, the threshold is instead
+    stable's own mean + 2σ over its recent windows, where a fixed number would misfire.
+    """
+
+    metric: Metric
+    max: float = Field(ge=0)
+    baseline: Literal["fixed", "stable_dynamic"] = "fixed"
+    cohorts: tuple[str, ...] = Field(default=(), description="empty: every cohort open to the candidate")
+
+
+class Stage(_Strict):
+    """One stage: the candidate's share per cohort, how long and how much traffic to judge it by, and what to do."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
+    candidate_percent: dict[str, float] = Field(min_length=1)
+    duration_s: dict[Profile, float]
+    min_samples: int = Field(100, ge=1, description="per cohort; fewer makes the verdict inconclusive")
+    guardrails: tuple[Guardrail, ...] = Field(min_length=1)
+    on_breach: Action = "rollback_all"
+    diagnose: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> Stage:
+        bad = {c: p for c, p in self.candidate_percent.items() if not 0 < p <= 100}
+        if bad:
+            raise ValueError(f"candidate_percent must be in (0, 100], got {bad}")
+        if set(self.duration_s) != {"production", "demo"} or min(self.duration_s.values()) <= 0:
+            raise ValueError("duration_s needs positive 'production' and 'demo' seconds")
+        return self
+
+
+class RolloutPlan(_Strict):
+    """The ordered stages; the last one decides promotion."""
+
+    stages: tuple[Stage, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> RolloutPlan:
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names must be unique, got {names}")
+        return self
+
+    def check_cohorts(self, known: tuple[str, ...]) -> None:
+        """Refuse a plan naming cohorts the gateway does not define ('*' means all of them)."""
+        named = {c for s in self.stages for c in s.candidate_percent} | {
+            c for s in self.stages for g in s.guardrails for c in g.cohorts
+        }
+        unknown = sorted(named - {*known, "*"})
+        if unknown:
+            raise StepError(f"rollout plan names unknown cohort(s) {unknown}; the gateway defines {list(known)}")
+
+
+def load_plan(path: Path | None = None) -> RolloutPlan:
+    """Read and validate a plan YAML (default: config/rollout_plan.yaml)."""
+    path = Path(path or DEFAULT_PLAN)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise StepError(f"rollout plan {path} cannot be read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise StepError(f"rollout plan {path} is not valid YAML: {exc}") from None
+    try:
+        return RolloutPlan.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+        raise StepError(f"rollout plan {path} is invalid: {problems}") from None
