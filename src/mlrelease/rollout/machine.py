@@ -1,0 +1,141 @@
+"""The rollout state machine: a durable state, and a pure `next_action` that advances it one step per tick.
+
+The DAG (or an operator) calls `next_action(state, plan, …)` with the latest guardrail verdicts, performs
+the action (open a stage in the routing state, roll back, promote…), and stores `apply(state, action)`.
+Because the decision is pure and the state is stored after each step, a crashed task resumes from the
+stored state and a rerun of the same tick decides the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+
+from mlrelease.rollout.guardrails import Verdict
+from mlrelease.rollout.plan import Profile, RolloutPlan
+
+EXTEND_FACTOR = 3  # an inconclusive stage may run this many times its duration before it pauses
+
+
+class Phase(StrEnum):
+    """Where a rollout is."""
+
+    STAGE = "stage"
+    PAUSED = "paused"
+    PROMOTED = "promoted"
+    ROLLED_BACK = "rolled_back"
+
+
+class ActionKind(StrEnum):
+    """What the next tick must do."""
+
+    OPEN_STAGE = "open_stage"
+    WAIT = "wait"
+    ADVANCE = "advance"
+    PROMOTE = "promote"
+    ROLLBACK_COHORT = "rollback_cohort"
+    ROLLBACK_ALL = "rollback_all"
+    PAUSE = "pause"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    """One candidate's rollout: its phase, the current stage and since when, and cohorts taken back."""
+
+    candidate_version: int
+    stable_version: int
+    phase: Phase = Phase.STAGE
+    stage: int = 0
+    stage_opened_at: datetime | None = None
+    excluded_cohorts: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Action:
+    """The decision of one tick; `cohorts` for a cohort rollback, `reason` for humans and alerts."""
+
+    kind: ActionKind
+    stage: int
+    cohorts: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def next_action(
+    state: RolloutState, plan: RolloutPlan, profile: Profile, now: datetime, verdicts: dict[str, Verdict] | None
+) -> Action:
+    """Decide the next step from the state, the plan, the clock and the latest per-cohort verdicts (pure)."""
+    if state.phase is not Phase.STAGE:
+        return Action(ActionKind.NONE, state.stage, reason=f"rollout is {state.phase}")
+    stage = plan.stages[state.stage]
+    if state.stage_opened_at is None:
+        return Action(ActionKind.OPEN_STAGE, state.stage, reason=f"open stage {stage.name}")
+    elapsed = (now - state.stage_opened_at).total_seconds()
+    duration = stage.duration_s[profile]
+    if elapsed < duration:
+        return Action(ActionKind.WAIT, state.stage, reason=f"stage {stage.name}: {elapsed:.0f}/{duration:.0f} s")
+    if verdicts is None:
+        return Action(ActionKind.WAIT, state.stage, reason=f"stage {stage.name}: waiting for analysis")
+    judged = {c: v for c, v in verdicts.items() if c not in state.excluded_cohorts}
+    failed = tuple(sorted(c for c, v in judged.items() if v is Verdict.FAIL))
+    if failed:
+        return _on_breach(state, plan, failed)
+    if any(v is Verdict.INCONCLUSIVE for v in judged.values()):
+        if elapsed < EXTEND_FACTOR * duration:
+            return Action(ActionKind.WAIT, state.stage, reason=f"stage {stage.name}: not enough traffic yet, extended")
+        return Action(
+            ActionKind.PAUSE, state.stage, reason=f"stage {stage.name}: still inconclusive after {elapsed:.0f} s"
+        )
+    if state.stage == len(plan.stages) - 1:
+        if state.excluded_cohorts:  # one champion alias cannot serve some cohorts only: a human decides
+            held = ", ".join(state.excluded_cohorts)
+            return Action(ActionKind.PAUSE, state.stage, reason=f"passed, but {held} was rolled back: promote by hand")
+        return Action(ActionKind.PROMOTE, state.stage, reason="every stage passed")
+    return Action(ActionKind.ADVANCE, state.stage, reason=f"stage {stage.name} passed")
+
+
+def _on_breach(state: RolloutState, plan: RolloutPlan, failed: tuple[str, ...]) -> Action:
+    stage = plan.stages[state.stage]
+    reason = f"stage {stage.name}: guardrails failed for {', '.join(failed)}"
+    if stage.on_breach == "pause":
+        return Action(ActionKind.PAUSE, state.stage, failed, reason)
+    # Taking one cohort back only makes sense while other cohorts stay on the candidate.
+    whole = "*" in stage.candidate_percent or set(failed) >= set(stage.candidate_percent)
+    if stage.on_breach == "rollback_cohort" and not whole:
+        return Action(ActionKind.ROLLBACK_COHORT, state.stage, failed, reason)
+    return Action(ActionKind.ROLLBACK_ALL, state.stage, failed, reason)
+
+
+def apply(state: RolloutState, action: Action, plan: RolloutPlan, now: datetime) -> RolloutState:
+    """The state after `action` was carried out (pure; store the result, then the next tick reads it)."""
+    kind = action.kind
+    if kind is ActionKind.OPEN_STAGE:
+        return replace(state, stage_opened_at=now)
+    if kind is ActionKind.ADVANCE:
+        return replace(state, stage=state.stage + 1, stage_opened_at=None)
+    if kind is ActionKind.ROLLBACK_COHORT:
+        excluded = tuple(sorted({*state.excluded_cohorts, *action.cohorts}))
+        if state.stage == len(plan.stages) - 1:  # promotion with a cohort held back needs a human decision
+            return replace(state, excluded_cohorts=excluded, phase=Phase.PAUSED, reason=action.reason)
+        return replace(state, excluded_cohorts=excluded, stage=state.stage + 1, stage_opened_at=None)
+    terminal = {
+        ActionKind.PROMOTE: Phase.PROMOTED,
+        ActionKind.ROLLBACK_ALL: Phase.ROLLED_BACK,
+        ActionKind.PAUSE: Phase.PAUSED,
+    }
+    if kind in terminal:
+        return replace(state, phase=terminal[kind], reason=action.reason)
+    return state
+
+
+def candidate_percent(state: RolloutState, plan: RolloutPlan) -> dict[str, float]:
+    """The candidate's share per cohort that the current stage means, with rolled-back cohorts at 0."""
+    if state.phase in (Phase.ROLLED_BACK,):
+        return {}
+    if state.phase is Phase.PROMOTED:
+        return {"*": 100.0}
+    shares = dict(plan.stages[state.stage].candidate_percent)
+    shares.update({cohort: 0.0 for cohort in state.excluded_cohorts})
+    return shares
