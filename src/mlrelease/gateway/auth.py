@@ -8,7 +8,6 @@ request path; limits are per replica (a shared limit would need Redis on every r
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 import time
 from collections.abc import Callable
@@ -21,12 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mlrelease.errors import StepError
 from mlrelease.gateway.config import RateLimit
 from mlrelease.storage import write_text_atomic
+from mlrelease.yamlconfig import StrictModel, validation_problems
 
 
-class ClientEntry(BaseModel):
+class ClientEntry(StrictModel):
     """One API client in the keys file."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     key_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -50,10 +48,12 @@ def read_keys(path: Path) -> KeysFile:
     """Parse a keys file; a missing file is an empty one, a malformed one a StepError naming the problem."""
     if not path.is_file():
         return KeysFile()
-    try:
+    try:  # every problem, YAML syntax included, reads "API keys file … is invalid"
         return KeysFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
-    except (yaml.YAMLError, ValidationError) as exc:
+    except yaml.YAMLError as exc:
         raise StepError(f"API keys file {path} is invalid: {exc}") from None
+    except ValidationError as exc:
+        raise StepError(f"API keys file {path} is invalid: {validation_problems(exc)}") from None
 
 
 def add_client(path: Path, name: str, rate: RateLimit | None = None) -> str:
@@ -109,14 +109,14 @@ class Authenticator:
         return len(self._by_hash)
 
     def client_for(self, key: str | None) -> str | None:
-        """The client name for a key, or None for a missing or unknown key (constant-time comparison)."""
+        """The client name for a key, or None for a missing or unknown key.
+
+        Looked up by the key's SHA-256, so timing can at most reveal something about a hash, never the key.
+        """
         if not key:
             return None
-        digest = hash_key(key)
-        for known, entry in self._by_hash.items():
-            if hmac.compare_digest(known, digest):
-                return entry.name
-        return None
+        entry = self._by_hash.get(hash_key(key))
+        return entry.name if entry else None
 
     def retry_after(self, client: str) -> float:
         """0.0 if the client may proceed, else seconds until it may (the request counts against its bucket)."""

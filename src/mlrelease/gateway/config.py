@@ -7,13 +7,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from mlrelease.errors import StepError
 from mlrelease.model.features import ENTITY_KEYS, FEATURES
 from mlrelease.registry import MODEL_NAME
 from mlrelease.settings import REPO_ROOT, Settings
+from mlrelease.yamlconfig import StrictModel, load_yaml_model
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "gateway.yaml"
 REQUEST_FIELDS = ("order_id", *ENTITY_KEYS)
@@ -22,11 +21,7 @@ RULE_FIELDS = frozenset(REQUEST_FIELDS) | frozenset(FEATURES)
 Op = Literal["eq", "ne", "in", "not_in", "gt", "ge", "lt", "le"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Condition(_Strict):
+class Condition(StrictModel):
     """One test of a request attribute, e.g. `{field: tier, op: eq, value: premium}`."""
 
     field: str
@@ -45,14 +40,14 @@ class Condition(_Strict):
         return self
 
 
-class CohortRule(_Strict):
+class CohortRule(StrictModel):
     """A cohort and the conditions that put a request in it (any one suffices; none means catch-all)."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
     any_of: tuple[Condition, ...] = ()
 
 
-class CohortConfig(_Strict):
+class CohortConfig(StrictModel):
     """Ordered cohort rules (first match wins; the last is the catch-all) and the canary bucket key."""
 
     rules: tuple[CohortRule, ...] = Field(min_length=1)
@@ -76,7 +71,7 @@ class CohortConfig(_Strict):
         return tuple(r.name for r in self.rules)
 
 
-class GuardConfig(_Strict):
+class GuardConfig(StrictModel):
     """The fast guard: what counts as a hard failure and when a version's breaker opens."""
 
     failures_to_trip: int = Field(3, ge=1)
@@ -94,7 +89,7 @@ class GuardConfig(_Strict):
         return self
 
 
-class FallbackConfig(_Strict):
+class FallbackConfig(StrictModel):
     """The rule-based ETA used when no model version can answer: base + distance/speed + route and parcel terms."""
 
     base_hours: float = Field(8.0, ge=0)
@@ -105,21 +100,21 @@ class FallbackConfig(_Strict):
     confidence: float = Field(0.3, ge=0, le=1)
 
 
-class RoutingConfig(_Strict):
+class RoutingConfig(StrictModel):
     """Where the routing state lives and how often replicas look at it."""
 
     state_url: str = Field("", description="file:///path.json or redis://host:port/db; empty: under MLRELEASE_HOME")
     refresh_interval_s: float = Field(0.2, gt=0, le=1.0)
 
 
-class RateLimit(_Strict):
+class RateLimit(StrictModel):
     """A token bucket: sustained requests per second and burst size."""
 
     per_second: float = Field(500.0, gt=0)
     burst: int = Field(1000, ge=1)
 
 
-class AuthConfig(_Strict):
+class AuthConfig(StrictModel):
     """API keys (sha256 in a keys file) and the default per-client rate limit."""
 
     required: bool = True
@@ -128,7 +123,7 @@ class AuthConfig(_Strict):
     default_rate: RateLimit = RateLimit()
 
 
-class GatewayConfig(_Strict):
+class GatewayConfig(StrictModel):
     """Everything `mlrelease gateway` reads at start-up."""
 
     model: str = MODEL_NAME
@@ -163,17 +158,4 @@ class GatewayConfig(_Strict):
 def load_config(path: Path | None = None, **overrides: Any) -> GatewayConfig:
     """Read and validate a gateway YAML (default: MLRELEASE_GATEWAY_CONFIG, else config/gateway.yaml)."""
     path = Path(path or os.environ.get("MLRELEASE_GATEWAY_CONFIG") or DEFAULT_CONFIG)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise StepError(f"gateway config {path} cannot be read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise StepError(f"gateway config {path} is not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise StepError(f"gateway config {path} must be a mapping, got {type(raw).__name__}")
-    raw.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return GatewayConfig.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
-        raise StepError(f"gateway config {path} is invalid: {problems}") from None
+    return load_yaml_model(path, GatewayConfig, "gateway config", **overrides)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from mlrelease.errors import StepError
 from mlrelease.gateway.routing_state import RoutingState
+from mlrelease.yamlconfig import validation_problems
 
 Mutation = Callable[[RoutingState | None], RoutingState]
 
@@ -51,8 +52,7 @@ def parse_state(raw: str | bytes, where: str) -> RoutingState:
     try:
         return RoutingState.model_validate_json(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
-        raise RoutingStateCorrupt(f"routing state at {where} is invalid: {problems}") from None
+        raise RoutingStateCorrupt(f"routing state at {where} is invalid: {validation_problems(exc)}") from None
 
 
 def stamp(current: RoutingState | None, new: RoutingState, by: str) -> RoutingState:

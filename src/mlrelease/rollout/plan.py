@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from mlrelease.errors import StepError
 from mlrelease.settings import REPO_ROOT
+from mlrelease.yamlconfig import StrictModel, load_yaml_model
 
 DEFAULT_PLAN = REPO_ROOT / "config" / "rollout_plan.yaml"
 Metric = Literal["error_rate", "nan_rate", "p99_latency_ratio", "low_confidence_share", "prediction_shift_ks"]
@@ -21,11 +21,7 @@ Action = Literal["rollback_cohort", "rollback_all", "pause"]
 Profile = Literal["production", "demo"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Guardrail(_Strict):
+class Guardrail(StrictModel):
     """One check of the candidate against stable on the same cohort and window.
 
     `max` is the breach threshold on the candidate's value (for `p99_latency_ratio` the ratio to stable,
@@ -39,7 +35,7 @@ class Guardrail(_Strict):
     cohorts: tuple[str, ...] = Field(default=(), description="empty: every cohort open to the candidate")
 
 
-class Stage(_Strict):
+class Stage(StrictModel):
     """One stage: the candidate's share per cohort, how long and how much traffic to judge it by, and what to do."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
@@ -60,7 +56,7 @@ class Stage(_Strict):
         return self
 
 
-class RolloutPlan(_Strict):
+class RolloutPlan(StrictModel):
     """The ordered stages; the last one decides promotion."""
 
     stages: tuple[Stage, ...] = Field(min_length=1)
@@ -84,15 +80,4 @@ class RolloutPlan(_Strict):
 
 def load_plan(path: Path | None = None) -> RolloutPlan:
     """Read and validate a plan YAML (default: config/rollout_plan.yaml)."""
-    path = Path(path or DEFAULT_PLAN)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise StepError(f"rollout plan {path} cannot be read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise StepError(f"rollout plan {path} is not valid YAML: {exc}") from None
-    try:
-        return RolloutPlan.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
-        raise StepError(f"rollout plan {path} is invalid: {problems}") from None
+    return load_yaml_model(Path(path or DEFAULT_PLAN), RolloutPlan, "rollout plan")
