@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import time
@@ -34,28 +32,16 @@ def median(values: Sequence[float]) -> float:
 @contextmanager
 def redis_server() -> Iterator[str]:
     """A redis-server on a free loopback port for the duration of the block; yields host:port."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is required for this benchmark: apt-get install redis-server")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    import tempfile
+
+    from mlrelease.devkit import redis_server as throwaway_redis
+
+    with tempfile.TemporaryDirectory(prefix="mlrelease-bench-redis-") as workdir:
+        try:
+            with throwaway_redis(Path(workdir)) as (address, _):
+                yield address
+        except RuntimeError as exc:
+            raise SystemExit(f"this benchmark needs redis: {exc}") from None
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

@@ -6,19 +6,16 @@ import http.server
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 
 import pytest
 
-from mlrelease.devkit import free_port  # noqa: F401 - re-exported for the test modules
+from mlrelease.devkit import free_port, redis_server  # noqa: F401 - free_port is re-exported for the test modules
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins"))  # as Airflow does for plugins_folder
@@ -63,29 +60,10 @@ def home_with_data(home: Path, clean_offline: Path) -> Path:
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real redis-server on a free loopback port, stopped at the end of the session."""
-    binary = shutil.which("redis-server")
-    if binary is None:
+    if shutil.which("redis-server") is None:
         pytest.fail("redis-server is not installed (apt-get install redis-server); the Redis tests need it")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("redis-server did not start within 10 s")
-    yield f"127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=10)
+    with redis_server(tmp_path_factory.mktemp("redis")) as (address, _):
+        yield address
 
 
 class Receiver:

@@ -156,3 +156,36 @@ def gateway_process(config: Path, port: int, env: dict[str, str] | None = None) 
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+@contextmanager
+def redis_server(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A throwaway redis-server on a free loopback port (no persistence); yields host:port and the process.
+
+    The process is handed out so a test can kill it to simulate an outage; it is stopped on exit either way.
+    """
+    import shutil
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("redis-server did not start within 10 s") from None
+                time.sleep(0.05)
+        yield f"127.0.0.1:{port}", proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

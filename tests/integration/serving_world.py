@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,7 +19,6 @@ from typing import Any
 import pytest
 
 from mlrelease import devkit
-from mlrelease.devkit import ERRORS, GOOD, HEALTHY_CANDIDATE, NAN_ALL, NAN_LONG_TAIL  # noqa: F401 - re-exported
 from mlrelease.gateway.auth import add_client
 from mlrelease.serving import local_triton
 from mlrelease.serving.triton_client import TritonClient
@@ -93,28 +90,3 @@ def gateway_process(config: Path, *, env: dict[str, str] | None = None) -> Itera
     """`mlrelease gateway` as a real process on a free port."""
     with devkit.gateway_process(config, free_port(), env) as url:
         yield url
-
-
-@contextmanager
-def own_redis(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A redis-server this test may kill (the session one must stay up); yields host:port and the process."""
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        cwd=workdir,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-    try:
-        yield f"127.0.0.1:{port}", proc
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)

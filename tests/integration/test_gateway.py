@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterator
 
@@ -14,6 +13,7 @@ import requests
 from hypothesis import HealthCheck, settings
 from prometheus_client.parser import text_string_to_metric_families
 
+from mlrelease.devkit import ERRORS, GOOD, HEALTHY_CANDIDATE, NAN_ALL, NAN_LONG_TAIL, redis_server
 from mlrelease.gateway import traffic
 from mlrelease.gateway.config import load_config
 from mlrelease.gateway.fallback import rule_eta
@@ -21,16 +21,7 @@ from mlrelease.model.features import FEATURES, encode_row
 from mlrelease.registry import MODEL_NAME
 from mlrelease.timewindow import parse_timestamp
 from tests.conftest import WINDOW_END, free_port
-from tests.integration.serving_world import (
-    ERRORS,
-    GOOD,
-    HEALTHY_CANDIDATE,
-    NAN_ALL,
-    NAN_LONG_TAIL,
-    World,
-    gateway_process,
-    serving_world,
-)
+from tests.integration.serving_world import World, gateway_process, serving_world
 
 pytestmark = pytest.mark.integration
 AS_OF = parse_timestamp(WINDOW_END, name="end")
@@ -123,7 +114,7 @@ def test_answer_is_the_stable_models_on_feast_features(world, gateway, pool, api
         f"{url}/v1/predict",
         json={
             **_body(row),
-            "features": json.loads(json.dumps({k: v.item() if hasattr(v, "item") else v for k, v in features.items()})),
+            "features": {k: v.item() if hasattr(v, "item") else v for k, v in features.items()},
         },
     ).json()
     assert supplied["eta_prediction"] == pytest.approx(answer["eta_prediction"], abs=1e-4)
@@ -193,10 +184,11 @@ def test_fast_guard_fails_over_with_no_client_errors(world, gateway, pool, fault
         assert by_faulty < 0.1 * report.sent, report.served
     else:
         assert by_faulty == 0, report.served
-    trips = [t for t in world.routing(config, "show")["state"]["guard_trips"] if t["version"] == faulty]
+    shown = world.routing(config, "show")  # the trip happened within the first second of the 2.5 s load
+    trips = [t for t in shown["state"]["guard_trips"] if t["version"] == faulty]
     assert len(trips) == 1
     assert parse_timestamp(trips[0]["at"], name="at").timestamp() - injected < 1.0
-    events = world.routing(config, "show")["events"]
+    events = shown["events"]
     assert any(e["type"] == "guard_trip" and e["version"] == faulty for e in events)
     failures = _metric(url, "mlrelease_gateway_model_failures_total", version=str(faulty), kind=kind) - failures_before
     assert 1 <= failures <= 3 + 32  # the trip threshold, plus requests already in flight when it tripped
@@ -316,9 +308,9 @@ def test_redis_online_store_and_routing_state(world, pool, tmp_path):
     from mlrelease.gateway.routing_store import open_routing_store
     from mlrelease.settings import Settings
     from mlrelease.steps.materialize import materialize
-    from tests.integration.serving_world import WINDOW, own_redis
+    from tests.integration.serving_world import WINDOW
 
-    with own_redis(tmp_path) as (address, server), pytest.MonkeyPatch.context() as mp:
+    with redis_server(tmp_path) as (address, server), pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLRELEASE_ONLINE_STORE", "redis")
         mp.setenv("MLRELEASE_REDIS_URL", address)
         materialize(Settings.from_env(), WINDOW, pd.Timedelta(hours=2).to_pytimedelta())
