@@ -63,7 +63,7 @@ def view_budgets(store: FeatureStore, service: str = FEATURE_SERVICE) -> list[Vi
 
 
 class FeatureLookup:
-    """Fetches the feature service's features for one (user, package, route) and checks their age.
+    """Fetches the feature service's features for (user, package, route) rows and checks their age.
 
     :param store: an open Feast FeatureStore (SQLite or Redis online store).
     :param clock: the instant freshness is judged at (now, or a fixed replay time).
@@ -74,13 +74,6 @@ class FeatureLookup:
         self._service = store.get_feature_service(service)
         self._budgets = view_budgets(store, service)
         self._clock = clock
-
-    def fetch(self, entity_ids: dict[str, int]) -> dict[str, Any]:
-        """Feature name -> value; raises UnknownEntity, StaleFeatures or FeatureStoreUnavailable."""
-        result = self.fetch_many([entity_ids])[0]
-        if isinstance(result, FeatureLookupError):
-            raise result
-        return result
 
     def fetch_many(self, rows: list[dict[str, int]]) -> list[dict[str, Any] | FeatureLookupError]:
         """One online read for many requests; per row its features or the error that refuses it."""
