@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,3 +58,15 @@ def write_npz_atomic(path: Path, **arrays: Any) -> None:
 def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
     """Write a DataFrame to parquet atomically."""
     _atomic_replace(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+@contextmanager
+def file_lock(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `lock_path` (created if missing) for the block; OSError if it cannot be opened."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock

@@ -21,6 +21,7 @@ from mlrelease.errors import StepError
 from mlrelease.gateway.api_models import ERROR_RESPONSES, ErrorResponse, PredictRequest, PredictResponse
 from mlrelease.gateway.auth import Authenticator, read_keys
 from mlrelease.gateway.config import GatewayConfig, load_config
+from mlrelease.gateway.decision_log import DecisionLog
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import TritonModelClient
 from mlrelease.gateway.online_features import (
@@ -141,12 +142,21 @@ def _lifespan(
         model = TritonModelClient(
             config.triton_url or triton_url(), config.model, (config.guard.min_eta_hours, config.guard.max_eta_hours)
         )
-        app.state.service = PredictService(config, lookup, model, router, metrics)
+        settings_log = config.decision_log
+        decisions = DecisionLog(
+            config.decision_dir(settings),
+            sample_rate=settings_log.sample_rate,
+            with_features=settings_log.features,
+            retention_hours=settings_log.retention_hours,
+        )
+        app.state.service = PredictService(config, lookup, model, router, metrics, decisions)
         await router.refresh()
         router.start()
+        decisions.start()
         try:
             yield
         finally:
+            await decisions.stop()
             await router.stop()
             await lookup.close()
             await model.close()

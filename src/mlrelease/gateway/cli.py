@@ -97,7 +97,10 @@ def _cmd_routing_set(args: argparse.Namespace, settings: Settings) -> dict[str, 
     def mutate(current: Any) -> Any:
         state = updated_state(current, args, config)
         if not args.skip_triton_check:  # inside the write: the checked document is the one stored
-            _require_served(config, state.serving_versions())
+            from mlrelease.serving.endpoint import triton_url
+            from mlrelease.serving.triton_client import require_ready
+
+            require_ready(config.triton_url or triton_url(), config.model, state.serving_versions())
         return state
 
     state = store.update(mutate, by=f"cli:{os.environ.get('USER', 'unknown')}")
@@ -127,17 +130,6 @@ def updated_state(current: Any, args: argparse.Namespace, config: Any) -> Any:
         return RoutingState.model_validate(fields)
     except ValidationError as exc:
         raise StepError(f"refused routing change: {exc.errors()[0]['msg']}") from None
-
-
-def _require_served(config: Any, versions: list[int]) -> None:
-    """Refuse routing to a version Triton does not have ready (no half-applied routing)."""
-    from mlrelease.serving.endpoint import triton_url
-    from mlrelease.serving.triton_client import TritonClient
-
-    client = TritonClient(config.triton_url or triton_url(), timeout=5)
-    missing = [v for v in versions if not client.version_ready(config.model, v)]
-    if missing:
-        raise StepError(f"{config.model} version(s) {missing} are not ready on Triton at {client.url}; load them first")
 
 
 def _cmd_traffic(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:

@@ -123,6 +123,15 @@ class AuthConfig(StrictModel):
     default_rate: RateLimit = RateLimit()
 
 
+class DecisionLogConfig(StrictModel):
+    """What the gateway records per model call for the rollout's guardrails (see gateway/decision_log.py)."""
+
+    directory: str = Field("", description="empty: $MLRELEASE_HOME/gateway/decisions")
+    sample_rate: float = Field(1.0, gt=0, le=1, description="share of successful calls recorded; failures always")
+    features: bool = Field(True, description="record the encoded features too (diagnose needs them)")
+    retention_hours: float = Field(48.0, gt=0)
+
+
 class GatewayConfig(StrictModel):
     """Everything `mlrelease gateway` reads at start-up."""
 
@@ -138,6 +147,7 @@ class GatewayConfig(StrictModel):
     fallback: FallbackConfig = FallbackConfig()
     routing: RoutingConfig = RoutingConfig()
     auth: AuthConfig = AuthConfig()
+    decision_log: DecisionLogConfig = DecisionLogConfig()
 
     @field_validator("replay_as_of")
     @classmethod
@@ -149,6 +159,10 @@ class GatewayConfig(StrictModel):
     def state_url(self, settings: Settings) -> str:
         """The routing-state URL, defaulting to a file under MLRELEASE_HOME."""
         return self.routing.state_url or f"file://{settings.home / 'gateway' / 'routing.json'}"
+
+    def decision_dir(self, settings: Settings) -> Path:
+        """Where every replica writes its decision log."""
+        return Path(self.decision_log.directory or settings.home / "gateway" / "decisions")
 
     def keys_file(self, settings: Settings) -> Path:
         """The API keys file."""

@@ -5,9 +5,7 @@ Good for one machine (several gateway processes included); several hosts need th
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +13,7 @@ from typing import Any
 
 from mlrelease.gateway.routing_state import RoutingState
 from mlrelease.gateway.routing_store import Mutation, RoutingStoreUnavailable, parse_state, stamp
-from mlrelease.storage import write_text_atomic
+from mlrelease.storage import file_lock, write_text_atomic
 
 
 class FileRoutingStore:
@@ -33,15 +31,14 @@ class FileRoutingStore:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self._lock, os.O_CREAT | os.O_RDWR, 0o644)
+            lock = file_lock(self._lock)
+            lock.__enter__()
         except OSError as exc:
             raise RoutingStoreUnavailable(f"routing state {self.location} cannot be locked: {exc}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)  # closing releases the flock
+            lock.__exit__(None, None, None)
 
     def read(self) -> RoutingState | None:
         """The current document, or None when the file does not exist yet."""

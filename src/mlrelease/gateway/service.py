@@ -9,6 +9,7 @@ from typing import Any, Literal
 from mlrelease.gateway.api_models import PredictRequest, PredictResponse
 from mlrelease.gateway.cohorts import assign_cohort, bucket
 from mlrelease.gateway.config import GatewayConfig
+from mlrelease.gateway.decision_log import DecisionLog
 from mlrelease.gateway.fallback import rule_eta
 from mlrelease.gateway.guard import BreakerState, CircuitBreaker
 from mlrelease.gateway.metrics import GatewayMetrics
@@ -39,12 +40,14 @@ class PredictService:
         model: TritonModelClient,
         router: Router,
         metrics: GatewayMetrics,
+        decisions: DecisionLog | None = None,
     ) -> None:
         self.config = config
         self.lookup = lookup
         self.model = model
         self.router = router
         self.metrics = metrics
+        self.decisions = decisions
         self._breakers: dict[int, CircuitBreaker] = {}
 
     def breaker(self, version: int) -> CircuitBreaker:
@@ -87,11 +90,11 @@ class PredictService:
         if role == "candidate":
             if self.breaker(version).state is not BreakerState.CLOSED:
                 self.breaker(version).reset()  # routed here again: the rollout cleared an earlier trip
-            answer = await self._call(version, row, self.config.guard.candidate_timeout_ms, candidate=True)
+            answer = await self._call(version, row, cohort, self.config.guard.candidate_timeout_ms, candidate=True)
             if answer is None:  # the client never sees a candidate failure: answer from stable instead
                 version = state.stable_version
         if answer is None and self.breaker(version).allow():
-            answer = await self._call(version, row, self.config.guard.stable_timeout_ms, candidate=False)
+            answer = await self._call(version, row, cohort, self.config.guard.stable_timeout_ms, candidate=False)
         if answer is None:
             eta, served, source = rule_eta(self.config.fallback, features), None, "fallback_rule"
             confidence = self.config.fallback.confidence
@@ -110,19 +113,41 @@ class PredictService:
             routing_revision=state.revision,
         )
 
-    async def _call(self, version: int, row: Any, timeout_ms: float, *, candidate: bool) -> ModelAnswer | None:
+    async def _call(
+        self, version: int, row: Any, cohort: str, timeout_ms: float, *, candidate: bool
+    ) -> ModelAnswer | None:
         """One guarded model call: None on a hard failure (recorded, and a trip when the breaker opens)."""
         breaker = self.breaker(version)
+        role = "candidate" if candidate else "stable"
         started = time.perf_counter()
         try:
-            answer = await self.model.predict(version, row, timeout_ms / 1000, "candidate" if candidate else "stable")
+            answer = await self.model.predict(version, row, timeout_ms / 1000, role)
         except ModelFailure as failure:
+            self._decided(cohort, version, role, failure.kind, time.perf_counter() - started, row)
             self.metrics.model_failures.labels(str(version), failure.kind).inc()
             if breaker.record_failure() and candidate:
                 self.router.trip(version, str(failure))
             self.metrics.breaker_state.labels(str(version)).set(breaker.state)
             return None
-        self.metrics.model_latency.labels(str(version)).observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self._decided(cohort, version, role, "ok", elapsed, row, answer)
+        self.metrics.model_latency.labels(str(version)).observe(elapsed)
         breaker.record_success()
         self.metrics.breaker_state.labels(str(version)).set(breaker.state)
         return answer
+
+    def _decided(
+        self, cohort: str, version: int, role: str, outcome: str, latency_s: float, row: Any, answer: Any = None
+    ) -> None:
+        if self.decisions is None:
+            return
+        self.decisions.record(
+            cohort=cohort,
+            version=version,
+            role=role,
+            outcome=outcome,
+            latency_s=latency_s,
+            eta=answer.eta if answer else None,
+            confidence=answer.confidence if answer else None,
+            features=[round(float(x), 5) for x in row[0]],
+        )

@@ -12,6 +12,7 @@ import asyncio
 import ipaddress
 import random
 import socket
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -154,8 +155,10 @@ async def send(
     duration_s: float,
     concurrency: int,
     header: str = "X-API-Key",
+    stop: threading.Event | None = None,
 ) -> TrafficReport:
-    """POST bodies (cycled) to {url}/v1/predict for `duration_s`: `rate` per second, or closed loop when rate is 0."""
+    """POST bodies (cycled) to {url}/v1/predict for `duration_s` (or until `stop` is set): `rate` per second,
+    or closed loop when rate is 0."""
     import aiohttp
 
     if not bodies:
@@ -192,6 +195,8 @@ async def send(
                 if delay > 0:
                     await asyncio.sleep(delay)
             elif loop.time() - start >= duration_s:
+                break
+            if stop is not None and stop.is_set():
                 break
             await gate.acquire()  # bounded: a slow gateway slows the sender (reported as the achieved rate)
             tasks.append(asyncio.create_task(one(bodies[i % len(bodies)])))

@@ -113,3 +113,14 @@ class TritonClient:
     def index(self) -> list[dict[str, Any]]:
         """The repository index: every model/version Triton knows and its state."""
         return list(self._do("reading the repository index", self._client.get_model_repository_index))
+
+
+def require_ready(url: str, model: str, versions: list[int]) -> None:
+    """Refuse (StepError) unless Triton at `url` has every listed version of `model` ready."""
+    client = TritonClient(url, timeout=5)
+    try:
+        missing = [v for v in versions if not client.version_ready(model, v)]
+    finally:
+        client.close()
+    if missing:
+        raise StepError(f"{model} version(s) {missing} are not ready on Triton at {url}; load them first")

@@ -111,6 +111,18 @@ def read_config(root: Path, model: str) -> mc.ModelConfig:
     return parse_pbtxt((root / model / "config.pbtxt").read_text(encoding="utf-8"))
 
 
+def set_version_policy(root: Path, model: str, versions: list[int]) -> bool:
+    """Make the config's specific version policy exactly `versions` (sorted); True when the file changed."""
+    config = read_config(root, model)
+    wanted = sorted(set(versions))
+    if list(config.version_policy.specific.versions) == wanted:
+        return False
+    del config.version_policy.specific.versions[:]
+    config.version_policy.specific.versions.extend(wanted)
+    write_config(root, config)
+    return True
+
+
 def disable_config(root: Path, model: str) -> None:
     """Stop a model from being served by any later (re)load: config.pbtxt becomes config.pbtxt.disabled.
 

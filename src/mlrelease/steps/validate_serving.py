@@ -13,7 +13,7 @@ from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.serving.endpoint import disable_everywhere, publish_to_local_server, triton_url
 from mlrelease.serving.triton_client import TritonClient, TritonUnreachable
-from mlrelease.serving.triton_repo import read_config, versions_present, write_config
+from mlrelease.serving.triton_repo import read_config, set_version_policy, versions_present
 from mlrelease.settings import Settings
 from mlrelease.steps.export import model_repository, parity_file, served_versions
 
@@ -45,13 +45,10 @@ def _take_out_of_service(
     The repository's version policy is the record of what should be served, so the failed version is
     removed there first and Triton reloads from it.
     """
-    config = read_config(root, MODEL_NAME)
-    keep = [v for v in config.version_policy.specific.versions if v != version]
+    keep = [v for v in read_config(root, MODEL_NAME).version_policy.specific.versions if v != version]
     try:
         if keep:
-            del config.version_policy.specific.versions[:]
-            config.version_policy.specific.versions.extend(keep)
-            write_config(root, config)
+            set_version_policy(root, MODEL_NAME, keep)
             publish_to_local_server(settings, root)
             client.load(MODEL_NAME)
         else:  # nothing else to serve: unload, and make sure no later reload brings it back
@@ -65,11 +62,7 @@ def _take_out_of_service(
 def _serve(settings: Settings, root: Path, registry: Registry, version: int) -> list[int]:
     """Make the repository's version policy champion + `version` (idempotent, so a retry starts clean)."""
     versions = served_versions(root, registry, version)
-    config = read_config(root, MODEL_NAME)
-    if list(config.version_policy.specific.versions) != versions:
-        del config.version_policy.specific.versions[:]
-        config.version_policy.specific.versions.extend(versions)
-        write_config(root, config)
+    set_version_policy(root, MODEL_NAME, versions)
     publish_to_local_server(settings, root)
     return versions
 
