@@ -13,13 +13,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from mlrelease.errors import GateFailed, StepError
+from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.gateway.cli import add_commands as add_gateway_commands
 from mlrelease.settings import Settings
 from mlrelease.timewindow import Window, parse_date, parse_timestamp
 
 EXIT_STEP_ERROR = 2  # something to fix or retry
 EXIT_GATE_FAILED = 3  # a gate's verdict: retrying the same inputs gives the same answer
+EXIT_SKIPPED = 4  # nothing to do (bootstrap, a paused rollout): the task ends as skipped, downstream too
 
 
 def _cmd_generate(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -119,6 +120,127 @@ def _step_benchmark(args: argparse.Namespace, settings: Settings) -> dict[str, A
     )
 
 
+def _plan_path(args: argparse.Namespace) -> Any:
+    from pathlib import Path
+
+    from mlrelease.settings import REPO_ROOT
+
+    if not args.plan:
+        return None
+    path = Path(args.plan)
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def _run_key(args: argparse.Namespace) -> str:
+    from mlrelease.timewindow import run_key
+
+    return run_key(parse_timestamp(args.end, name="--end"))
+
+
+def _stage(args: argparse.Namespace) -> int:
+    if args.stage < 1:
+        raise ValueError(f"--stage counts from 1, got {args.stage}")
+    return int(args.stage) - 1
+
+
+def _step_shadow(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.shadow import shadow
+
+    end = parse_timestamp(args.end, name="--end")
+    return shadow(settings, _model_version(args.model_version), end, plan_path=_plan_path(args))
+
+
+def _step_rollout_stage(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.rollout import rollout_stage
+
+    version = _model_version(args.model_version)
+    return rollout_stage(
+        settings, _stage(args), version, _run_key(args), profile=args.profile, plan_path=_plan_path(args)
+    )
+
+
+def _step_analyze(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.rollout import analyze
+
+    return analyze(settings, _stage(args), _model_version(args.model_version), _run_key(args), poll_s=args.poll_s)
+
+
+def _step_promote(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.rollout import promote, promote_paused
+
+    if args.by_hand:
+        return promote_paused(settings)
+    return promote(settings, _model_version(args.model_version), _run_key(args))
+
+
+def _step_rollback(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.rollout import rollback, rollback_to
+
+    if args.to_version:
+        return rollback_to(settings, _model_version(args.to_version), reason=args.reason)
+    run_key = _run_key(args) if args.end else None
+    return rollback(settings, run_key, cohort=args.cohort, reason=args.reason)
+
+
+def _step_retire(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.rollout import retire
+
+    return retire(settings, _model_version(args.model_version), _run_key(args))
+
+
+def _step_diagnose(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.diagnose import diagnose_recent
+
+    end = parse_timestamp(args.end, name="--end")
+    return diagnose_recent(settings, args.cohort, hours=args.hours, data_end=end)
+
+
+def _cmd_rollout_status(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.rollout import status
+
+    return status(settings)
+
+
+def _add_rollout_steps(steps: Any) -> None:
+    """The rollout steps: shadow, rollout-stage, analyze, promote, rollback, retire, diagnose."""
+
+    def release(name: str, text: str, handler: Any) -> argparse.ArgumentParser:
+        sp = steps.add_parser(name, help=text)
+        sp.add_argument("--model-version", required=True)
+        sp.add_argument("--end", required=True, help="the run's data interval end, ISO-8601 (keys the rollout)")
+        sp.set_defaults(handler=handler)
+        return sp
+
+    sh = release(
+        "shadow", "replay the interval's orders through candidate and stable; gate on the differences", _step_shadow
+    )
+    sh.add_argument("--plan", default="", help="rollout plan YAML (default config/rollout_plan.yaml)")
+    st = release(
+        "rollout-stage", "open one stage of the rollout (route its cohorts to the candidate)", _step_rollout_stage
+    )
+    st.add_argument("--stage", type=int, required=True, help="stage number, from 1")
+    st.add_argument("--profile", choices=["production", "demo"], default="production")
+    st.add_argument("--plan", default="", help="rollout plan YAML (default config/rollout_plan.yaml)")
+    an = release("analyze", "judge one stage's guardrails and act (advance, roll back, pause)", _step_analyze)
+    an.add_argument("--stage", type=int, required=True, help="stage number, from 1")
+    an.add_argument("--poll-s", type=float, default=5.0, help="seconds between analyses while more traffic is needed")
+    release("promote", "make the candidate champion once every stage passed", _step_promote)
+    release("retire", "unload the previous champion after the keep window", _step_retire)
+    hand = steps.add_parser("promote-paused", help="a human promotes the paused rollout's candidate")
+    hand.set_defaults(handler=_step_promote, by_hand=True)
+    rb = steps.add_parser("rollback", help="take traffic off the candidate (everything or one cohort)")
+    rb.add_argument("--end", default="", help="only the rollout of this run (data interval end)")
+    rb.add_argument("--cohort", default=None, help="roll back this cohort only")
+    rb.add_argument("--to-version", default="", help="make this version champion and route everything to it")
+    rb.add_argument("--reason", default="manual rollback", help="recorded on the version and in the alert")
+    rb.set_defaults(handler=_step_rollback)
+    dg = steps.add_parser("diagnose", help="rank a cohort's features by shift against training data")
+    dg.add_argument("--cohort", required=True)
+    dg.add_argument("--hours", type=float, default=1.0, help="recent traffic to look at")
+    dg.add_argument("--end", required=True, help="data interval end: training data is the days before it")
+    dg.set_defaults(handler=_step_diagnose)
+
+
 def _cmd_triton(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.serving import local_triton
 
@@ -197,6 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=3, help="interleaved rounds per version; medians are compared")
     bench.set_defaults(handler=_step_benchmark)
 
+    _add_rollout_steps(steps)
+    rollout = sub.add_parser("rollout", help="the staged rollout").add_subparsers(dest="rollout_command", required=True)
+    rollout.add_parser("status", help="the current rollout, its stages, verdicts and routing").set_defaults(
+        handler=_cmd_rollout_status, result_to_xcom=False
+    )
+
     triton = sub.add_parser("triton", help="the local CPU Triton server (embedded default)")
     triton.add_argument("action", choices=["up", "down", "status"])
     triton.set_defaults(handler=_cmd_triton, result_to_xcom=False)
@@ -237,6 +365,8 @@ def run(handler: Callable[[argparse.Namespace, Settings], dict[str, Any]], args:
         result = handler(args, settings)
     except GateFailed as exc:
         return _fail(f"{label}: error: {exc}", EXIT_GATE_FAILED)
+    except Skipped as exc:
+        return _fail(f"{label}: skipped: {exc}", EXIT_SKIPPED)
     except (StepError, ValueError, OSError) as exc:
         return _fail(f"{label}: error: {exc}", EXIT_STEP_ERROR)
     except Exception as exc:

@@ -189,3 +189,27 @@ def redis_server(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+@contextmanager
+def background_traffic(url: str, bodies: list[dict[str, Any]], api_key: str, rate: float) -> Iterator[Any]:
+    """`mlrelease traffic` in a thread at `rate` req/s until the block ends; yields the report (filled on exit)."""
+    import asyncio
+    import threading
+
+    from mlrelease.gateway.traffic import TrafficReport, send
+
+    stop = threading.Event()
+    report = TrafficReport()
+
+    def run() -> None:
+        done = asyncio.run(send(url, bodies, api_key=api_key, rate=rate, duration_s=3600, concurrency=64, stop=stop))
+        report.__dict__.update(done.__dict__)
+
+    thread = threading.Thread(target=run, name="background-traffic", daemon=True)
+    thread.start()
+    try:
+        yield report
+    finally:
+        stop.set()
+        thread.join(timeout=30)

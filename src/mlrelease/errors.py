@@ -10,3 +10,10 @@ class StepError(Exception):
 
 class GateFailed(StepError):
     """A gate decided against the data or the model (exit code 3): a retry would reach the same verdict."""
+
+
+class Skipped(Exception):
+    """Nothing for this step to do, and that is not a failure (exit code 4: the task ends as skipped).
+
+    E.g. the candidate already is champion (bootstrap), or the rollout is paused for a human.
+    """

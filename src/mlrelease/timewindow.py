@@ -59,3 +59,11 @@ class Window:
 def run_key(end: datetime) -> str:
     """Artifact folder name for a run: its data interval's end, e.g. 20261129T020000Z."""
     return end.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def parse_run_key(key: str) -> datetime:
+    """The data interval end a run key names (inverse of `run_key`)."""
+    try:
+        return datetime.strptime(key, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        raise ValueError(f"run key {key!r} is not like 20261129T020000Z") from None

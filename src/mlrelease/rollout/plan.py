@@ -56,10 +56,26 @@ class Stage(StrictModel):
         return self
 
 
-class RolloutPlan(StrictModel):
-    """The ordered stages; the last one decides promotion."""
+class ShadowSpec(StrictModel):
+    """The shadow gate: the same requests through candidate and stable on Triton, before any real traffic."""
 
+    samples: int = Field(1000, ge=50, description="orders replayed through both versions")
+    max_relative_diff: float = Field(0.15, gt=0, description="a row disagrees when |Δeta| / stable eta is above this")
+    max_disagreement_share: float = Field(0.10, ge=0, le=1)
+    min_ks_pvalue: float = Field(0.01, ge=0, le=1, description="KS test of the two ETA distributions")
+    latency_samples: int = Field(200, ge=20, description="single-row calls per version, interleaved")
+    max_p95_latency_ratio: float = Field(1.10, ge=1)
+
+
+class RolloutPlan(StrictModel):
+    """The shadow gate and the ordered stages; the last stage decides promotion."""
+
+    shadow: ShadowSpec = ShadowSpec()
     stages: tuple[Stage, ...] = Field(min_length=1)
+    keep_previous_s: dict[Profile, float] = Field(
+        default_factory=lambda: {"production": 86400.0, "demo": 10.0},  # type: ignore[arg-type]
+        description="how long the previous champion stays loaded after a promotion, for instant rollback",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> RolloutPlan:

@@ -1,0 +1,136 @@
+"""One stage's analysis: every guardrail on every cohort open to the candidate, candidate against stable.
+
+The reference is stable on the same cohort and window. Where a stage sends the whole cohort to the
+candidate, stable has no traffic of that cohort in the window, so the reference reaches back before the
+stage opened (up to `LOOKBACK_WINDOWS` stage lengths) for stable's most recent traffic of the cohort; the
+result says which reference it used. Stable's earlier windows also feed the dynamic baselines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from mlrelease.rollout.guardrails import (
+    CohortWindow,
+    GuardrailResult,
+    Verdict,
+    evaluate,
+    measure,
+    worst,
+)
+from mlrelease.rollout.metrics_source import MetricsSource
+from mlrelease.rollout.plan import Stage
+
+LOOKBACK_WINDOWS = 6
+EMPTY = CohortWindow(requests=0, errors=0, nan=0, low_confidence=0, p99_latency_s=0.0)
+
+
+@dataclass(frozen=True)
+class StageAnalysis:
+    """Per-cohort verdicts and every guardrail result behind them."""
+
+    verdicts: dict[str, Verdict]
+    results: tuple[GuardrailResult, ...]
+    samples: dict[str, dict[str, int]]
+
+    def breaches(self) -> list[GuardrailResult]:
+        """The failed results (what an alert quotes)."""
+        return [r for r in self.results if r.verdict is Verdict.FAIL]
+
+    def summary(self) -> str:
+        """One line per breach, or the verdicts when nothing failed."""
+        failed = self.breaches()
+        if failed:
+            return "; ".join(r.reason for r in failed)
+        return ", ".join(f"{c}: {v}" for c, v in sorted(self.verdicts.items()))
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form for the rollout record and the step's result."""
+        return {
+            "verdicts": {c: str(v) for c, v in sorted(self.verdicts.items())},
+            "samples": self.samples,
+            "results": [
+                {
+                    "cohort": r.cohort,
+                    "metric": r.metric,
+                    "verdict": str(r.verdict),
+                    "candidate": r.candidate,
+                    "stable": r.stable,
+                    "threshold": r.threshold,
+                    "reason": r.reason,
+                }
+                for r in self.results
+            ],
+        }
+
+
+def open_cohorts(stage: Stage, cohorts: tuple[str, ...], excluded: tuple[str, ...]) -> tuple[str, ...]:
+    """The cohorts this stage sends some candidate traffic to, minus those already rolled back."""
+    default = stage.candidate_percent.get("*", 0.0)
+    return tuple(c for c in cohorts if stage.candidate_percent.get(c, default) > 0 and c not in excluded)
+
+
+def analyze_stage(
+    stage: Stage,
+    cohorts: tuple[str, ...],
+    source: MetricsSource,
+    *,
+    candidate: int,
+    stable: int,
+    opened_at: datetime,
+    now: datetime,
+    tripped: str | None = None,
+) -> StageAnalysis:
+    """Judge the stage so far; `tripped` is the gateway fast guard's reason when it took the candidate out."""
+    length = max(now - opened_at, timedelta(seconds=1))
+    lookback_start = opened_at - LOOKBACK_WINDOWS * length
+    current = source.windows(opened_at, now)
+    extended = source.windows(lookback_start, now)
+    earlier = [source.windows(opened_at - (k + 1) * length, opened_at - k * length) for k in range(LOOKBACK_WINDOWS)]
+    results: list[GuardrailResult] = []
+    samples: dict[str, dict[str, int]] = {}
+    for cohort in cohorts:
+        mine = current.get((cohort, candidate), EMPTY)
+        theirs = current.get((cohort, stable), EMPTY)
+        reference = theirs if theirs.requests >= stage.min_samples else extended.get((cohort, stable), EMPTY)
+        samples[cohort] = {"candidate": mine.requests, "stable": reference.requests}
+        for guardrail in stage.guardrails:
+            if guardrail.cohorts and cohort not in guardrail.cohorts:
+                continue
+            history = [
+                measure(guardrail.metric, w[(cohort, stable)], w[(cohort, stable)])
+                for w in earlier
+                if guardrail.baseline == "stable_dynamic"
+                and (cohort, stable) in w
+                and w[(cohort, stable)].requests >= stage.min_samples
+            ]
+            results.append(
+                evaluate(guardrail, cohort, mine, reference, min_samples=stage.min_samples, stable_history=history)
+            )
+    if tripped is not None:
+        results.extend(_fast_guard(cohorts, current, candidate, tripped))
+    verdicts = {c: worst(r.verdict for r in results if r.cohort == c) for c in cohorts}
+    return StageAnalysis(verdicts, tuple(results), samples)
+
+
+def _fast_guard(
+    cohorts: tuple[str, ...], current: dict[tuple[str, int], CohortWindow], candidate: int, tripped: str
+) -> list[GuardrailResult]:
+    """The gateway's trip as a verdict: the cohorts whose calls failed, or every open cohort if none did here."""
+    failing = {c for c in cohorts if (w := current.get((c, candidate))) and (w.errors + w.nan) > 0}
+    return [
+        GuardrailResult(
+            cohort,
+            "fast_guard",
+            Verdict.FAIL if (cohort in failing or not failing) else Verdict.PASS,
+            float(current.get((cohort, candidate), EMPTY).errors + current.get((cohort, candidate), EMPTY).nan),
+            None,
+            0.0,
+            f"{cohort} fast_guard: the gateway took v{candidate} out of service ({tripped})"
+            if (cohort in failing or not failing)
+            else f"{cohort} fast_guard: no failed calls on this cohort",
+        )
+        for cohort in cohorts
+    ]

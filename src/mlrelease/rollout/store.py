@@ -1,0 +1,167 @@
+"""The durable rollout record: one JSON document per model, replaced atomically under a lock.
+
+It holds the state machine's state, the plan it runs under (a snapshot: editing the YAML mid-rollout
+changes nothing), who owns it (the DAG run's data interval) and the history a human or the summary
+reads. One rollout per model is active at a time; a second run asking to start one is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mlrelease.errors import StepError
+from mlrelease.rollout.machine import Phase, RolloutState
+from mlrelease.rollout.plan import Profile, RolloutPlan
+from mlrelease.settings import Settings
+from mlrelease.storage import file_lock, write_text_atomic
+from mlrelease.yamlconfig import validation_problems
+
+ACTIVE = (Phase.STAGE, Phase.PAUSED)  # a rollout in these phases still has (or may get) candidate traffic
+
+
+class RolloutBusy(StepError):
+    """Another run owns the active rollout of this model."""
+
+
+class Event(BaseModel):
+    """One thing that happened to a rollout (stage opened, verdicts, action, alias moved…)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: datetime
+    kind: str
+    stage: int | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class RolloutRecord(BaseModel):
+    """A candidate's rollout as stored (see module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    revision: int = 0
+    model: str
+    run_key: str = Field(description="the data interval of the DAG run that owns this rollout")
+    candidate_version: int
+    stable_version: int
+    profile: Profile
+    plan: RolloutPlan
+    phase: Phase = Phase.STAGE
+    stage: int = 0
+    stage_opened_at: datetime | None = None
+    excluded_cohorts: tuple[str, ...] = ()
+    reason: str = ""
+    started_at: datetime
+    finished_at: datetime | None = None
+    history: tuple[Event, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        """Whether the rollout is still in progress or paused."""
+        return self.phase in ACTIVE
+
+    def state(self) -> RolloutState:
+        """The state machine's view of this record."""
+        return RolloutState(
+            candidate_version=self.candidate_version,
+            stable_version=self.stable_version,
+            phase=self.phase,
+            stage=self.stage,
+            stage_opened_at=self.stage_opened_at,
+            excluded_cohorts=self.excluded_cohorts,
+            reason=self.reason,
+        )
+
+    def with_state(self, state: RolloutState, now: datetime) -> RolloutRecord:
+        """This record moved to `state` (finished_at set when the phase becomes terminal)."""
+        finished = self.finished_at
+        if state.phase in (Phase.PROMOTED, Phase.ROLLED_BACK) and finished is None:
+            finished = now
+        return self.model_copy(
+            update={
+                "phase": state.phase,
+                "stage": state.stage,
+                "stage_opened_at": state.stage_opened_at,
+                "excluded_cohorts": state.excluded_cohorts,
+                "reason": state.reason,
+                "finished_at": finished,
+            }
+        )
+
+    def with_event(self, kind: str, now: datetime, stage: int | None = None, **detail: Any) -> RolloutRecord:
+        """This record with one more history event."""
+        return self.model_copy(
+            update={"history": (*self.history, Event(at=now, kind=kind, stage=stage, detail=detail))}
+        )
+
+
+Mutation = Callable[[RolloutRecord | None], RolloutRecord]
+
+
+class RolloutStore:
+    """The rollout record of one model in `<home>/rollout/<model>.json`; finished ones are archived beside it."""
+
+    def __init__(self, directory: Path, model: str) -> None:
+        self.directory = directory
+        self.path = directory / f"{model}.json"
+        self._lock = directory / f"{model}.lock"
+
+    @classmethod
+    def from_settings(cls, settings: Settings, model: str) -> RolloutStore:
+        """The store under MLRELEASE_HOME (a persistent volume on Kubernetes)."""
+        return cls(settings.home / "rollout", model)
+
+    def read(self) -> RolloutRecord | None:
+        """The current (latest) rollout, or None before the first one."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            return RolloutRecord.model_validate_json(raw)
+        except ValidationError as exc:
+            raise StepError(f"rollout record {self.path} is invalid: {validation_problems(exc)}") from None
+
+    def update(self, mutate: Mutation) -> RolloutRecord:
+        """Atomically replace the record with `mutate(current)` (revision + 1); finished records are archived."""
+        with file_lock(self._lock):
+            current = self.read()
+            new = mutate(current)
+            if new == current:
+                return new  # nothing changed: a rerun writes nothing
+            new = new.model_copy(update={"revision": (current.revision if current else 0) + 1})
+            write_text_atomic(self.path, new.model_dump_json(indent=2) + "\n")
+            if not new.active:
+                name = f"{new.model}-v{new.candidate_version}-{new.run_key}.json"
+                write_text_atomic(self.directory / "history" / name, new.model_dump_json(indent=2) + "\n")
+            return new
+
+    def begin(self, proposed: RolloutRecord) -> RolloutRecord:
+        """Start `proposed`, or resume it when the same run already started it; refuse while another is active."""
+
+        def mutate(current: RolloutRecord | None) -> RolloutRecord:
+            same = current is not None and (current.run_key, current.candidate_version) == (
+                proposed.run_key,
+                proposed.candidate_version,
+            )
+            if same:
+                return current  # type: ignore[return-value]
+            if current is not None and current.active:
+                raise RolloutBusy(
+                    f"{current.model} v{current.candidate_version} is still being rolled out (phase "
+                    f"{current.phase}, stage {current.stage + 1}, run {current.run_key}); one rollout at a "
+                    "time: finish, promote or abort it first (`mlrelease rollout status`)"
+                )
+            return proposed
+
+        return self.update(mutate)
+
+
+def now_utc() -> datetime:
+    """The current time, timezone-aware (rollout durations are wall-clock time by nature)."""
+    return datetime.now(UTC)

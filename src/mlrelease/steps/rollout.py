@@ -1,0 +1,328 @@
+"""Steps `rollout-stage`, `analyze`, `promote`, `rollback` and `retire`: the staged rollout, one tick per step.
+
+Every step reads the durable rollout record, decides with the pure state machine, moves traffic first,
+then stores the new state. A step that crashed is rerun from the stored state; a rerun of a step that
+finished returns what it did before.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from mlrelease.errors import GateFailed, Skipped, StepError
+from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME
+from mlrelease.rollout.analysis import StageAnalysis, analyze_stage, open_cohorts
+from mlrelease.rollout.context import RolloutContext, iso
+from mlrelease.rollout.machine import Action, ActionKind, Phase, apply, candidate_percent, next_action
+from mlrelease.rollout.plan import Profile, load_plan
+from mlrelease.rollout.store import RolloutRecord, now_utc
+from mlrelease.settings import Settings
+from mlrelease.timewindow import parse_run_key
+
+
+def _stage_result(record: RolloutRecord, stage: int) -> dict[str, Any]:
+    opened = next(
+        (e.at for e in record.history if e.kind == "stage_opened" and e.stage == stage), record.stage_opened_at
+    )
+    spec = record.plan.stages[stage]
+    analyze_at = opened + timedelta(seconds=spec.duration_s[record.profile]) if opened else None
+    return {
+        "model_version": record.candidate_version,
+        "stable_version": record.stable_version,
+        "stage": stage + 1,
+        "stage_name": spec.name,
+        "phase": str(record.phase),
+        "opened_at": iso(opened),
+        "analyze_at": iso(analyze_at),
+        "candidate_percent": candidate_percent(record.state(), record.plan) if record.active else {},
+    }
+
+
+def _begin(ctx: RolloutContext, version: int, run_key: str, profile: Profile, plan_path: Path | None) -> RolloutRecord:
+    champion = ctx.registry.alias_version(CHAMPION)
+    if champion is None or champion == version:
+        raise Skipped(f"v{version} is the champion already (first release or promoted): nothing to roll out")
+    current = ctx.store.read()
+    if current is not None and (current.run_key, current.candidate_version) == (run_key, version):
+        return current  # a rerun resumes the stored rollout, under the plan it started with
+    plan = load_plan(plan_path)
+    plan.check_cohorts(ctx.cohorts)
+    proposed = RolloutRecord(
+        model=MODEL_NAME,
+        run_key=run_key,
+        candidate_version=version,
+        stable_version=champion,
+        profile=profile,
+        plan=plan,
+        started_at=now_utc(),
+    )
+    return ctx.store.begin(proposed)
+
+
+def _check_position(record: RolloutRecord, stage: int) -> None:
+    if not 0 <= stage < len(record.plan.stages):
+        raise StepError(f"--stage {stage + 1} is not in the plan (it has {len(record.plan.stages)} stages)")
+    if record.phase is Phase.ROLLED_BACK:
+        raise GateFailed(f"the rollout of v{record.candidate_version} was rolled back: {record.reason}")
+    if record.phase is Phase.PAUSED:
+        raise Skipped(f"the rollout of v{record.candidate_version} is paused for a human: {record.reason}")
+    if record.stage < stage:
+        raise StepError(
+            f"stage {stage + 1} is not reached: the rollout is at stage {record.stage + 1} "
+            f"({record.plan.stages[record.stage].name}); analyze that stage first"
+        )
+
+
+def rollout_stage(
+    settings: Settings, stage: int, version: int, run_key: str, *, profile: Profile, plan_path: Path | None = None
+) -> dict[str, Any]:
+    """Open stage `stage` (0-based) of `version`'s rollout: route its cohorts, record when it opened."""
+    ctx = RolloutContext.open(settings)
+    record = _begin(ctx, version, run_key, profile, plan_path) if stage == 0 else ctx.owned(run_key, version)
+    if record.phase is Phase.PROMOTED or record.stage > stage:
+        return {**_stage_result(record, min(stage, len(record.plan.stages) - 1)), "status": "already opened"}
+    _check_position(record, stage)
+    now = now_utc()
+    action = next_action(record.state(), record.plan, record.profile, now, None)
+    if action.kind is not ActionKind.OPEN_STAGE:
+        return {**_stage_result(record, stage), "status": "already opened"}
+    state = apply(record.state(), action, record.plan, now)
+    routing = ctx.route(record, state, action.reason)  # traffic first: a crash here reopens the same stage
+    shares = candidate_percent(state, record.plan)
+    record = ctx.record_update(
+        record,
+        record.with_state(state, now).with_event(
+            "stage_opened", now, stage, candidate_percent=shares, routing_revision=routing.revision
+        ),
+    )
+    return {**_stage_result(record, stage), "status": "opened", "routing_revision": routing.revision}
+
+
+def _judge(ctx: RolloutContext, record: RolloutRecord, stage: int, poll_s: float) -> tuple[Action, StageAnalysis]:
+    """Analyse until the machine decides something other than waiting (bounded by the plan's extension)."""
+    spec = record.plan.stages[stage]
+    assert record.stage_opened_at is not None
+    while True:
+        now = now_utc()
+        routing = ctx.router.current()
+        tripped = routing.tripped.get(record.candidate_version) if routing else None
+        cohorts = open_cohorts(spec, ctx.cohorts, record.excluded_cohorts)
+        analysis = analyze_stage(
+            spec,
+            cohorts,
+            ctx.source,
+            candidate=record.candidate_version,
+            stable=record.stable_version,
+            opened_at=record.stage_opened_at,
+            now=now,
+            tripped=tripped,
+        )
+        action = next_action(record.state(), record.plan, record.profile, now, analysis.verdicts)
+        if action.kind is not ActionKind.WAIT:
+            return action, analysis
+        time.sleep(poll_s)
+
+
+def analyze(settings: Settings, stage: int, version: int, run_key: str, *, poll_s: float = 2.0) -> dict[str, Any]:
+    """Judge stage `stage` and act: advance, roll a cohort back, roll everything back, pause, or clear promotion."""
+    ctx = RolloutContext.open(settings)
+    record = ctx.owned(run_key, version)
+    done = [e for e in record.history if e.kind == "analysis" and e.stage == stage]
+    if done and (record.stage > stage or record.phase is Phase.PROMOTED or done[-1].detail["action"] == "promote"):
+        return {**_stage_result(record, stage), **done[-1].detail, "status": "already analysed"}
+    _check_position(record, stage)
+    if record.stage_opened_at is None:
+        raise StepError(f"stage {stage + 1} was never opened: run rollout-stage --stage {stage + 1} first")
+    action, analysis = _judge(ctx, record, stage, poll_s)
+    now = now_utc()
+    detail = {"action": str(action.kind), "reason": action.reason, "cohorts": list(action.cohorts)}
+    record = ctx.record_update(record, record.with_event("analysis", now, stage, **detail, **analysis.as_dict()))
+    result = {**_stage_result(record, stage), **detail, **analysis.as_dict()}
+    kind = action.kind
+    if kind is ActionKind.ROLLBACK_ALL:
+        rollback_all(ctx, record, f"{action.reason}: {analysis.summary()}")
+        raise GateFailed(f"rolled back v{version} to v{record.stable_version}: {analysis.summary()}")
+    if kind is ActionKind.PROMOTE:
+        return {**result, "status": "every stage passed: ready to promote"}
+    state = apply(record.state(), action, record.plan, now)
+    if kind is ActionKind.ROLLBACK_COHORT:
+        ctx.route(record, state, action.reason, clear_trips=True)  # the other cohorts keep the candidate
+        record = ctx.record_update(
+            record,
+            record.with_state(state, now).with_event(
+                "cohort_rolled_back", now, stage, cohorts=list(action.cohorts), reason=analysis.summary()
+            ),
+        )
+        result["diagnosis"] = _diagnose_all(settings, ctx, record, stage, action.cohorts)
+        ctx.registry.tag_version(version, rollout_rolled_back_cohorts=",".join(record.excluded_cohorts))
+    else:
+        record = ctx.record_update(record, record.with_state(state, now))
+    if record.phase is Phase.PAUSED:
+        raise Skipped(f"rollout of v{version} paused: {record.reason}")
+    return {**result, "status": str(kind)}
+
+
+def _diagnose_all(
+    settings: Settings, ctx: RolloutContext, record: RolloutRecord, stage: int, cohorts: tuple[str, ...]
+) -> dict[str, Any]:
+    if not record.plan.stages[stage].diagnose:
+        return {}
+    from mlrelease.steps.diagnose import diagnose
+
+    opened = next(e.at for e in record.history if e.kind == "stage_opened" and e.stage == stage)
+    end = parse_run_key(record.run_key)
+    return {c: diagnose(settings, c, since=opened, until=now_utc(), data_end=end, source=ctx.source) for c in cohorts}
+
+
+def rollback_all(ctx: RolloutContext, record: RolloutRecord, reason: str) -> dict[str, Any]:
+    """Every cohort back on stable in one write, the rollout marked rolled back, then the candidate cleaned up."""
+    now = now_utc()
+    state = record.state()
+    if record.active:
+        from dataclasses import replace
+
+        state = replace(state, phase=Phase.ROLLED_BACK, reason=reason)
+    ctx.route(record, state, reason, clear_trips=True)
+    if record.active:
+        record = ctx.record_update(
+            record, record.with_state(state, now).with_event("rolled_back", now, record.stage, reason=reason)
+        )
+    cleanup = ctx.retire_candidate(record, record.reason or reason)
+    return {
+        "model_version": record.candidate_version,
+        "stable_version": record.stable_version,
+        "reason": record.reason,
+        **cleanup,
+    }
+
+
+def rollback(settings: Settings, run_key: str | None, *, cohort: str | None = None, reason: str) -> dict[str, Any]:
+    """Roll the active rollout back (one cohort, or everything); with `run_key`, only that run's rollout."""
+    ctx = RolloutContext.open(settings)
+    record = ctx.store.read()
+    if record is None or (run_key is not None and record.run_key != run_key):
+        return {"status": "nothing to roll back: this run has no rollout"}
+    if record.phase is Phase.PROMOTED:
+        return {"status": f"nothing to roll back: v{record.candidate_version} was promoted (use --to-version)"}
+    if cohort is None:
+        return {"status": "rolled back", **rollback_all(ctx, record, reason)}
+    if cohort not in ctx.cohorts:
+        raise StepError(f"--cohort {cohort!r} is not a gateway cohort; cohorts are {list(ctx.cohorts)}")
+    if not record.active:
+        return {"status": f"nothing to roll back: the rollout is {record.phase}"}
+    from dataclasses import replace
+
+    now = now_utc()
+    state = replace(record.state(), excluded_cohorts=tuple(sorted({*record.excluded_cohorts, cohort})))
+    routing = ctx.route(record, state, reason)
+    ctx.record_update(
+        record,
+        record.with_state(state, now).with_event(
+            "cohort_rolled_back", now, record.stage, cohorts=[cohort], reason=reason
+        ),
+    )
+    return {"status": f"{cohort} rolled back", "candidate_percent": routing.candidate_percent}
+
+
+def rollback_to(settings: Settings, target: int, *, reason: str) -> dict[str, Any]:
+    """Make `target` the only served version and the champion (manual rollback after a promotion)."""
+    ctx = RolloutContext.open(settings)
+    ctx.registry.version_tags(target)  # an unknown version fails here, naming it
+    record = ctx.store.read()
+    if record is not None and record.active:  # traffic to a candidate stops first
+        rollback_all(ctx, record, reason)
+    ctx.serve_only([target])
+    from mlrelease.rollout.traffic_router import Routing
+
+    routing = ctx.router.apply(Routing(stable_version=target), reason=reason, clear_trips=True)
+    ctx.registry.client().set_registered_model_alias(MODEL_NAME, CHAMPION, str(target))
+    ctx.registry.tag_version(target, rollout_status="restored", rollout_reason=reason[:500])
+    return {"status": f"v{target} is champion and serves all traffic", "routing_revision": routing.revision}
+
+
+def promote_paused(settings: Settings) -> dict[str, Any]:
+    """A human's promotion of the paused rollout (from the rollback_release DAG or the CLI)."""
+    record = RolloutContext.open(settings).store.read()
+    if record is None or record.phase is not Phase.PAUSED:
+        found = "no rollout" if record is None else f"the rollout of v{record.candidate_version} is {record.phase}"
+        raise StepError(f"nothing to promote by hand: {found}, not paused")
+    return promote(settings, record.candidate_version, record.run_key, by_hand=True)
+
+
+def promote(settings: Settings, version: int, run_key: str, *, by_hand: bool = False) -> dict[str, Any]:
+    """Make `version` champion: all traffic to it, alias moved, the previous champion kept loaded for a while.
+
+    Only a rollout whose last stage passed analysis is promoted, unless a human promotes a paused one.
+    """
+    ctx = RolloutContext.open(settings)
+    record = ctx.owned(run_key, version)
+    if record.phase is Phase.PROMOTED:
+        return {"status": "already promoted", "model_version": version, "previous_version": record.stable_version}
+    last = len(record.plan.stages) - 1
+    passed = [e for e in record.history if e.kind == "analysis" and e.stage == last and e.detail["action"] == "promote"]
+    if record.phase is Phase.ROLLED_BACK:
+        raise GateFailed(f"v{version} was rolled back ({record.reason}); it cannot be promoted")
+    if not passed and not (by_hand and record.phase is Phase.PAUSED):
+        raise StepError(f"v{version} has not passed the last stage's analysis: refusing to promote an unchecked model")
+    now = now_utc()
+    state = apply(record.state(), Action(ActionKind.PROMOTE, record.stage, reason="promoted"), record.plan, now)
+    routing = ctx.route(record, state, "promote")  # traffic first; the alias is the commit point
+    client = ctx.registry.client()
+    client.set_registered_model_alias(MODEL_NAME, CHAMPION, str(version))
+    if ctx.registry.alias_version(CHALLENGER) == version:
+        client.delete_registered_model_alias(MODEL_NAME, CHALLENGER)
+    unload_after = now + timedelta(seconds=record.plan.keep_previous_s[record.profile])
+    ctx.registry.tag_version(version, rollout_status="promoted_by_hand" if by_hand else "promoted")
+    ctx.registry.tag_version(
+        record.stable_version, rollout_status="previous_champion", unload_after=unload_after.isoformat()
+    )
+    record = ctx.record_update(
+        record,
+        record.with_state(state, now).with_event(
+            "promoted",
+            now,
+            record.stage,
+            previous_version=record.stable_version,
+            unload_after=unload_after.isoformat(),
+            by_hand=by_hand,
+        ),
+    )
+    return {
+        "status": "promoted",
+        "model_version": version,
+        "previous_version": record.stable_version,
+        "previous_unload_after": unload_after.isoformat(),
+        "routing_revision": routing.revision,
+        "excluded_cohorts": list(record.excluded_cohorts),
+    }
+
+
+def retire(settings: Settings, version: int, run_key: str) -> dict[str, Any]:
+    """After a promotion's keep window: unload the previous champion, so Triton serves the champion only."""
+    ctx = RolloutContext.open(settings)
+    record = ctx.owned(run_key, version)
+    if record.phase is not Phase.PROMOTED:
+        raise Skipped(f"v{version} was not promoted ({record.phase}): nothing to retire")
+    promoted = next(e for e in record.history if e.kind == "promoted")
+    unload_after = promoted.detail["unload_after"]
+    if now_utc().isoformat() < unload_after:
+        raise StepError(f"v{record.stable_version} stays loaded for instant rollback until {unload_after}")
+    serving = ctx.serve_only([version])
+    ctx.registry.tag_version(record.stable_version, rollout_status="retired")
+    return {"status": f"v{record.stable_version} unloaded", "serving_versions": serving}
+
+
+def status(settings: Settings) -> dict[str, Any]:
+    """The current rollout, routing and decision-log location, for humans (`mlrelease rollout status`)."""
+    ctx = RolloutContext.open(settings)
+    record = ctx.store.read()
+    routing = ctx.router.current()
+    return {
+        "rollout": record.model_dump(mode="json") if record else None,
+        "routing": routing.__dict__ if routing else None,
+        "routing_store": ctx.router.location,
+        "metrics_source": ctx.source.location,
+    }

@@ -1,0 +1,132 @@
+"""Step `shadow`: replay the interval's orders through candidate and stable on Triton before any real traffic.
+
+The same rows go to both versions, so every difference is the model's: the share of rows whose ETA
+moves by more than `max_relative_diff`, a KS test of the two ETA distributions, and p95 latency of
+single-row calls, interleaved so both versions see the same server load. Any breach fails the gate with
+a report (also written under the run's artifacts and tagged on the MLflow version).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.stats import ks_2samp
+
+from mlrelease.errors import GateFailed, Skipped, StepError
+from mlrelease.model.onnx_export import OUTPUTS
+from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
+from mlrelease.rollout.plan import ShadowSpec, load_plan
+from mlrelease.serving.endpoint import triton_url
+from mlrelease.serving.triton_client import TritonClient, require_ready
+from mlrelease.settings import Settings
+from mlrelease.storage import write_json_atomic
+from mlrelease.timewindow import run_key
+
+BATCH = 256
+
+
+def replay_rows(settings: Settings, data_end: datetime, samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded rows of orders from the 24 h before `data_end` (a fixed sample per interval) and their cohorts."""
+    from mlrelease.gateway.config import load_config
+    from mlrelease.gateway.traffic import order_pool
+    from mlrelease.model.features import FEATURES, encode
+
+    pool = order_pool(settings.offline_dir, data_end, load_config().cohorts, hours=24)
+    rng = np.random.default_rng(int(data_end.timestamp()))  # the same sample on every retry of this run
+    picks = rng.choice(len(pool), size=min(samples, len(pool)), replace=False)
+    chosen = pool.iloc[np.sort(picks)]
+    return np.asarray(encode(chosen[list(FEATURES)]), dtype=np.float32), chosen["cohort"].to_numpy()
+
+
+def _eta(client: TritonClient, version: int, rows: np.ndarray) -> np.ndarray:
+    parts = [
+        client.infer(MODEL_NAME, version, rows[i : i + BATCH], OUTPUTS)[OUTPUTS[0]] for i in range(0, len(rows), BATCH)
+    ]
+    return np.concatenate(parts).astype(np.float64)
+
+
+def _p95_latencies(client: TritonClient, versions: tuple[int, int], rows: np.ndarray, n: int) -> dict[int, float]:
+    """p95 seconds of single-row calls per version, alternating which goes first."""
+    seen: dict[int, list[float]] = {v: [] for v in versions}
+    for i in range(n):
+        row = rows[i % len(rows) : i % len(rows) + 1]
+        for version in versions if i % 2 else versions[::-1]:
+            started = time.perf_counter()
+            client.infer(MODEL_NAME, version, row, OUTPUTS)
+            seen[version].append(time.perf_counter() - started)
+    return {v: float(np.quantile(times, 0.95)) for v, times in seen.items()}
+
+
+def compare(candidate: np.ndarray, stable: np.ndarray, cohorts: np.ndarray, spec: ShadowSpec) -> dict[str, Any]:
+    """Disagreement share (overall and per cohort) and the KS test of candidate vs stable ETAs."""
+    relative = np.abs(candidate - stable) / np.maximum(np.abs(stable), 1.0)
+    disagrees = ~np.isfinite(candidate) | (relative > spec.max_relative_diff)
+    test = ks_2samp(candidate[np.isfinite(candidate)], stable)
+    return {
+        "rows": len(candidate),
+        "non_finite": int((~np.isfinite(candidate)).sum()),
+        "disagreement_share": round(float(disagrees.mean()), 4),
+        "disagreement_by_cohort": {
+            str(c): round(float(disagrees[cohorts == c].mean()), 4) for c in sorted(set(cohorts.tolist()))
+        },
+        "median_relative_diff": round(float(np.nanmedian(relative)), 4),
+        "ks_statistic": round(float(test.statistic), 4),
+        "ks_pvalue": float(test.pvalue),
+    }
+
+
+def breaches(report: dict[str, Any], spec: ShadowSpec) -> list[str]:
+    """Why the shadow gate fails (empty when it passes)."""
+    found = []
+    if report["non_finite"]:
+        found.append(f"{report['non_finite']} non-finite predictions")
+    if report["disagreement_share"] > spec.max_disagreement_share:
+        found.append(
+            f"{report['disagreement_share']:.1%} of rows differ by more than {spec.max_relative_diff:.0%} "
+            f"(max {spec.max_disagreement_share:.0%}; by cohort {report['disagreement_by_cohort']})"
+        )
+    if report["ks_pvalue"] < spec.min_ks_pvalue:
+        found.append(
+            f"ETA distributions differ: KS {report['ks_statistic']:.3f}, p={report['ks_pvalue']:.2g} "
+            f"< {spec.min_ks_pvalue}"
+        )
+    if report["p95_latency_ratio"] > spec.max_p95_latency_ratio:
+        found.append(f"p95 latency ratio {report['p95_latency_ratio']:.2f} > {spec.max_p95_latency_ratio}")
+    return found
+
+
+def shadow(settings: Settings, version: int, data_end: datetime, *, plan_path: Path | None = None) -> dict[str, Any]:
+    """Run the shadow gate for `version` against the champion; GateFailed with the numbers on a breach."""
+    registry = Registry.from_settings(settings)
+    champion = registry.alias_version(CHAMPION)
+    if champion is None or champion == version:
+        raise Skipped(f"v{version} is the champion already (first release or promoted): nothing to shadow")
+    spec = load_plan(plan_path).shadow
+    url = triton_url()
+    require_ready(url, MODEL_NAME, [version, champion])
+    rows, cohorts = replay_rows(settings, data_end, spec.samples)
+    if len(rows) < 50:
+        raise StepError(f"only {len(rows)} orders in the 24 h before {data_end.isoformat()}: nothing to replay")
+    client = TritonClient(url)
+    try:
+        report = compare(_eta(client, version, rows), _eta(client, champion, rows), cohorts, spec)
+        latency = _p95_latencies(client, (version, champion), rows, spec.latency_samples)
+    finally:
+        client.close()
+    report.update(
+        model_version=version,
+        champion_version=champion,
+        p95_latency_ms={str(v): round(s * 1000, 3) for v, s in latency.items()},
+        p95_latency_ratio=round(latency[version] / latency[champion], 3),
+    )
+    found = breaches(report, spec)
+    report["status"] = "failed" if found else "passed"
+    write_json_atomic(settings.artifacts_dir / run_key(data_end) / "rollout" / "shadow.json", report)
+    registry.tag_version(version, shadow_status=report["status"], shadow_reason="; ".join(found)[:500] or "ok")
+    if found:
+        raise GateFailed(f"shadow evaluation of v{version} against v{champion} failed: {'; '.join(found)}")
+    return report

@@ -1,0 +1,268 @@
+"""The staged rollout end to end: real gateway, Triton (good and faulty versions), Feast, MLflow, traffic at 200 req/s.
+
+Each scenario runs the rollout steps in the order the DAG runs them, under a compressed plan, while
+`mlrelease traffic` sends ≥ 200 req/s through the gateway; no client request may fail, whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mlrelease import devkit
+from mlrelease.devkit import ERRORS, GOOD, HEALTHY_CANDIDATE
+from mlrelease.errors import GateFailed, Skipped, StepError
+from mlrelease.gateway import traffic
+from mlrelease.gateway.config import load_config
+from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
+from mlrelease.rollout.machine import Phase
+from mlrelease.rollout.store import RolloutBusy, RolloutStore
+from mlrelease.serving.triton_repo import set_version_policy, versions_present
+from mlrelease.steps import rollout as steps
+from mlrelease.steps.export import model_repository
+from mlrelease.steps.shadow import shadow
+from mlrelease.timewindow import parse_timestamp, run_key
+from tests.conftest import WINDOW_END
+from tests.integration.serving_world import MLRELEASE, World, gateway_process, serving_world
+
+pytestmark = pytest.mark.integration
+AS_OF = parse_timestamp(WINDOW_END, name="end")
+RATE = 200.0
+WARM_UP_S = 3.0  # stable traffic before a stage opens: the reference for cohorts the stage moves entirely
+PLAN = {
+    "shadow": {"samples": 400, "latency_samples": 60},
+    "keep_previous_s": {"production": 86400, "demo": 1},
+    "stages": [
+        {
+            "name": "high_value",
+            "candidate_percent": {"high_value": 100},
+            "duration_s": {"production": 3600, "demo": 3},
+            "min_samples": 40,
+            "on_breach": "rollback_all",
+            "guardrails": [
+                {"metric": "error_rate", "max": 0.001},
+                {"metric": "nan_rate", "max": 0.0},
+                {"metric": "p99_latency_ratio", "max": 2.0},
+                {"metric": "low_confidence_share", "max": 0.5},
+                {"metric": "prediction_shift_ks", "max": 0.25},
+            ],
+        },
+        {
+            "name": "long_tail",
+            "candidate_percent": {"high_value": 100, "long_tail": 100},
+            "duration_s": {"production": 3600, "demo": 3},
+            "min_samples": 40,
+            "on_breach": "rollback_cohort",
+            "diagnose": True,
+            "guardrails": [
+                {"metric": "low_confidence_share", "max": 0.15, "cohorts": ["long_tail"]},
+                {"metric": "error_rate", "max": 0.001},
+                {"metric": "nan_rate", "max": 0.0},
+                {"metric": "prediction_shift_ks", "max": 0.25},
+            ],
+        },
+        {
+            "name": "everyone",
+            "candidate_percent": {"*": 95},
+            "duration_s": {"production": 86400, "demo": 3},
+            "min_samples": 40,
+            "on_breach": "rollback_all",
+            "guardrails": [
+                {"metric": "error_rate", "max": 0.001},
+                {"metric": "nan_rate", "max": 0.0},
+                {"metric": "prediction_shift_ks", "max": 0.25},
+            ],
+        },
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, clean_offline) -> Iterator[World]:
+    with pytest.MonkeyPatch.context() as mp:
+        with serving_world(tmp_path_factory.mktemp("rollout-world"), clean_offline, mp) as built:
+            mp.setenv("MLRELEASE_GATEWAY_CONFIG", str(built.config_file("gw")))
+            plan = built.home / "plan.yaml"
+            plan.write_text(yaml.safe_dump(PLAN), encoding="utf-8")
+            client = Registry.from_settings(built.settings).client()
+            client.create_registered_model(MODEL_NAME)
+            for version in versions_present(model_repository(built.settings), MODEL_NAME):
+                created = client.create_model_version(MODEL_NAME, source=str(built.home), run_id=None)
+                assert int(created.version) == version
+            built.routing(_config(), "set", "--stable", str(GOOD))
+            yield built
+
+
+@pytest.fixture(scope="module")
+def gateway(world) -> Iterator[str]:
+    with gateway_process(_config()) as url:
+        yield url
+
+
+def _config() -> Path:
+    """The gateway config every step and the gateway read (MLRELEASE_GATEWAY_CONFIG)."""
+    return Path(os.environ["MLRELEASE_GATEWAY_CONFIG"])
+
+
+@pytest.fixture(scope="module")
+def bodies(world) -> list[dict[str, Any]]:
+    pool = traffic.order_pool(world.settings.offline_dir, AS_OF, load_config().cohorts)
+    return traffic.build_requests(pool, 3_000, None, supply_features=False, seed=3)
+
+
+@pytest.fixture
+def fresh(world) -> Iterator[World]:
+    """Every version served, GOOD champion and stable, no rollout record: each scenario starts the same."""
+    root = model_repository(world.settings)
+    everything = versions_present(root, MODEL_NAME)
+    if set_version_policy(root, MODEL_NAME, everything):
+        from mlrelease.serving.endpoint import publish_to_local_server
+
+        publish_to_local_server(world.settings, root)
+        client = world.client()
+        client.load(MODEL_NAME)
+        for version in everything:
+            client.wait_ready(MODEL_NAME, version)
+        client.close()
+    Registry.from_settings(world.settings).client().set_registered_model_alias(MODEL_NAME, CHAMPION, str(GOOD))
+    world.routing(_config(), "set", "--stable", str(GOOD), "--candidate", "0", "--clear-trips")
+    shutil.rmtree(world.settings.home / "rollout", ignore_errors=True)
+    yield world
+
+
+class Release:
+    """Runs the DAG's rollout tasks for one candidate, in order, like the nightly run does."""
+
+    def __init__(self, world: World, version: int, end: str = WINDOW_END) -> None:
+        self.world, self.version, self.end = world, version, parse_timestamp(end, name="end")
+        self.key = run_key(self.end)
+        self.plan = world.home / "plan.yaml"
+        Registry.from_settings(world.settings).client().set_registered_model_alias(MODEL_NAME, CHALLENGER, str(version))
+
+    def stage(self, n: int) -> dict[str, Any]:
+        return steps.rollout_stage(self.world.settings, n, self.version, self.key, profile="demo", plan_path=self.plan)
+
+    def wait_and_analyze(self, n: int) -> dict[str, Any]:
+        opened = self.stage(n)
+        time.sleep(max(0.0, parse_timestamp(opened["analyze_at"], name="at").timestamp() - time.time()))
+        return steps.analyze(self.world.settings, n, self.version, self.key, poll_s=0.5)
+
+    def all_stages(self) -> list[dict[str, Any]]:
+        return [self.wait_and_analyze(n) for n in range(3)]
+
+    def record(self) -> Any:
+        return RolloutStore.from_settings(self.world.settings, MODEL_NAME).read()
+
+
+def _aliases(world: World) -> dict[str, int | None]:
+    registry = Registry.from_settings(world.settings)
+    return {alias: registry.alias_version(alias) for alias in (CHAMPION, CHALLENGER)}
+
+
+def _routing(world: World) -> dict[str, Any]:
+    proc = subprocess.run(
+        [MLRELEASE, "routing", "show", "--config", str(_config())], capture_output=True, text=True, check=True
+    )
+    return dict(json.loads(proc.stdout)["state"])
+
+
+def test_good_candidate_is_promoted_with_no_client_errors(fresh, gateway, bodies):
+    release = Release(fresh, HEALTHY_CANDIDATE)
+    with devkit.background_traffic(gateway, bodies, fresh.api_key, RATE) as report:
+        time.sleep(WARM_UP_S)
+        report_shadow = shadow(fresh.settings, HEALTHY_CANDIDATE, release.end, plan_path=release.plan)
+        results = release.all_stages()
+        promoted = steps.promote(fresh.settings, HEALTHY_CANDIDATE, release.key)
+    assert report_shadow["status"] == "passed" and report_shadow["disagreement_share"] == 0.0
+    assert [r["action"] for r in results] == ["advance", "advance", "promote"]
+    assert all(v == "pass" for r in results for v in r["verdicts"].values()), results
+    assert results[2]["samples"]["core"]["candidate"] >= 40
+    assert promoted["status"] == "promoted" and promoted["previous_version"] == GOOD
+    assert _aliases(fresh) == {CHAMPION: HEALTHY_CANDIDATE, CHALLENGER: None}
+    routing = _routing(fresh)
+    assert (routing["stable_version"], routing["candidate_version"]) == (HEALTHY_CANDIDATE, None)
+    assert report.errors == 0 and report.sent / report.duration_s >= 0.9 * RATE, report.summary()
+    assert any(f"/v{HEALTHY_CANDIDATE}/model" in key for key in report.served)
+    # The previous champion stays loaded for the keep window, then retire unloads it.
+    assert fresh.client().version_ready(MODEL_NAME, GOOD)
+    time.sleep(1.0)
+    steps.retire(fresh.settings, HEALTHY_CANDIDATE, release.key)
+    assert not fresh.client().version_ready(MODEL_NAME, GOOD)
+    # Every step is idempotent: rerunning them changes nothing.
+    assert release.stage(2)["status"] == "already opened"
+    assert steps.analyze(fresh.settings, 2, HEALTHY_CANDIDATE, release.key)["status"] == "already analysed"
+    assert steps.promote(fresh.settings, HEALTHY_CANDIDATE, release.key)["status"] == "already promoted"
+    assert release.record().phase is Phase.PROMOTED
+
+
+def test_erroring_candidate_is_rolled_back_at_the_first_stage(fresh, gateway, bodies):
+    release = Release(fresh, ERRORS)
+    with devkit.background_traffic(gateway, bodies, fresh.api_key, RATE) as report:
+        time.sleep(WARM_UP_S)
+        with pytest.raises(GateFailed, match="rolled back v5 to v1.*fast_guard"):
+            release.wait_and_analyze(0)
+        time.sleep(0.5)
+    assert report.errors == 0, report.summary()
+    record = release.record()
+    assert record.phase is Phase.ROLLED_BACK and record.stage == 0
+    routing = _routing(fresh)
+    assert (routing["stable_version"], routing["candidate_version"], routing["guard_trips"]) == (GOOD, None, [])
+    assert _aliases(fresh) == {CHAMPION: GOOD, CHALLENGER: None}
+    assert not fresh.client().version_ready(MODEL_NAME, ERRORS)  # unloaded after the drain
+    tags = Registry.from_settings(fresh.settings).version_tags(ERRORS)
+    assert tags["rollout_status"] == "rolled_back" and "fast_guard" in tags["rollout_reason"]
+    # The failed run's later tasks refuse, and a rerun of the analysis reaches the same verdict.
+    with pytest.raises(GateFailed, match="was rolled back"):
+        release.stage(1)
+    with pytest.raises(GateFailed, match="was rolled back"):
+        steps.analyze(fresh.settings, 0, ERRORS, release.key)
+
+
+def test_a_second_run_cannot_start_a_rollout_while_one_is_active(fresh, gateway):
+    first = Release(fresh, HEALTHY_CANDIDATE)
+    first.stage(0)
+    second = Release(fresh, ERRORS, end="2026-11-30T02:00:00+00:00")
+    with pytest.raises(RolloutBusy, match="v2 is still being rolled out.*20261129T020000Z"):
+        second.stage(0)
+    assert first.stage(0)["status"] == "already opened"  # the owner's rerun is fine
+    steps.rollback(fresh.settings, first.key, reason="test over")
+    assert first.record().phase is Phase.ROLLED_BACK
+
+
+def test_bootstrap_has_nothing_to_roll_out(fresh):
+    with pytest.raises(Skipped, match="champion already"):
+        Release(fresh, GOOD).stage(0)
+    with pytest.raises(Skipped, match="champion already"):
+        shadow(fresh.settings, GOOD, parse_timestamp(WINDOW_END, name="end"))
+
+
+def test_promotion_refuses_an_unchecked_candidate(fresh):
+    release = Release(fresh, HEALTHY_CANDIDATE)
+    release.stage(0)
+    with pytest.raises(StepError, match="has not passed the last stage"):
+        steps.promote(fresh.settings, HEALTHY_CANDIDATE, release.key)
+    assert _aliases(fresh)[CHAMPION] == GOOD
+    steps.rollback(fresh.settings, release.key, reason="test over")
+
+
+def test_unreachable_routing_state_fails_before_touching_traffic(fresh, monkeypatch):
+    working = _config()
+    broken = fresh.config_file("dead-store", routing={"state_url": "redis://127.0.0.1:1/0"})
+    monkeypatch.setenv("MLRELEASE_GATEWAY_CONFIG", str(broken))
+    release = Release(fresh, HEALTHY_CANDIDATE)
+    with pytest.raises(StepError, match="redis://127.0.0.1:1/0"):
+        release.stage(0)
+    record = release.record()
+    assert record.stage_opened_at is None  # nothing was recorded as opened
+    monkeypatch.setenv("MLRELEASE_GATEWAY_CONFIG", str(working))
+    assert release.stage(0)["status"] == "opened"  # once the store is back, the same run resumes
+    steps.rollback(fresh.settings, release.key, reason="test over")
