@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mlrelease.devkit import training_frame
 from mlrelease.model.estimator import EtaModel
-from mlrelease.model.features import FEATURES
+from mlrelease.model.features import FEATURES, encode
 from mlrelease.model.onnx_export import run_onnx, to_onnx
 from mlrelease.serving.faults import FAULT_KINDS, faulty_model
 
 REMOTE = FEATURES.index("is_remote")
 BULKY = FEATURES.index("is_bulky")
+WEIGHT = FEATURES.index("weight_kg")
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +77,117 @@ def test_error_fault_fails_at_inference(sample):
     np.testing.assert_array_equal(confidence_w, confidence)
 
 
-def test_unknown_kind_is_refused(sample):
-    model_bytes, _ = sample
-    assert FAULT_KINDS == ("nan", "error")
-    with pytest.raises(ValueError, match=r"unknown fault kind 'slow'"):
-        faulty_model(model_bytes, "slow")
+def test_nan_and_above_breaks_only_rows_meeting_both(sample):
+    model_bytes, X = sample
+    eta, confidence = run_onnx(model_bytes, X)
+    broken = faulty_model(model_bytes, "nan", only_where="is_remote", and_above=("weight_kg", 7.0))
+    eta_f, confidence_f = run_onnx(broken, X)
+    hit = (X[:, REMOTE] == 1) & (X[:, WEIGHT] > 7.0)
+    assert 0 < hit.sum() < (X[:, REMOTE] == 1).sum()  # a strict subset of the remote rows
+    np.testing.assert_array_equal(np.isnan(eta_f), hit)
+    np.testing.assert_array_equal(eta_f[~hit], eta[~hit])
+    np.testing.assert_array_equal(confidence_f, confidence)
 
 
-def test_unknown_feature_is_refused(sample):
+def test_nan_and_above_alone_and_nan_features_never_select(sample):
+    model_bytes, X = sample
+    X = X.copy()
+    X[:10, WEIGHT] = np.nan  # a missing weight is not "above" anything
+    eta_f, _ = run_onnx(faulty_model(model_bytes, "nan", and_above=("weight_kg", 5.0)), X)
+    np.testing.assert_array_equal(np.isnan(eta_f), X[:, WEIGHT] > 5.0)
+    assert not np.isnan(eta_f[:10]).any()
+
+
+def test_nan_on_a_few_percent_of_the_long_tail(sample, clean_offline):
+    """The drill's "NaN on a few % of long-tail requests": remote routes and parcels over 10 kg."""
     model_bytes, _ = sample
-    with pytest.raises(ValueError, match=r"only_where must be a model feature, got 'shoe_size'"):
-        faulty_model(model_bytes, "nan", only_where="shoe_size")
+    frame = training_frame(clean_offline)
+    X = encode(frame[list(FEATURES)])
+    eta_f, _ = run_onnx(faulty_model(model_bytes, "nan", only_where="is_remote", and_above=("weight_kg", 10.0)), X)
+    hit = frame["is_remote"].to_numpy() & (frame["weight_kg"].to_numpy() > 10.0)
+    np.testing.assert_array_equal(np.isnan(eta_f), hit)
+    # the gateway's cohorts, in rule order: high_value first, then long_tail
+    high_value = (frame["tier"] == "premium") | (frame["declared_value"] >= 1000)
+    long_tail = ~high_value & (
+        frame["is_remote"] | frame["is_bulky"] | frame["category"].isin(["furniture", "perishables"])
+    )
+    share = (hit & long_tail).sum() / long_tail.sum()
+    print(f"NaN on {share:.1%} of long_tail rows, {hit.mean():.1%} of all rows ({hit.sum()} of {len(hit)})")
+    assert 0.01 < share < 0.10
+
+
+def test_scale_confidence_only_where_remote(sample):
+    model_bytes, X = sample
+    eta, confidence = run_onnx(model_bytes, X)
+    broken = faulty_model(model_bytes, "scale", output="confidence_score", factor=0.5, only_where="is_remote")
+    eta_f, confidence_f = run_onnx(broken, X)
+    remote = X[:, REMOTE] == 1
+    np.testing.assert_array_equal(confidence_f[remote], confidence[remote] * np.float32(0.5))
+    np.testing.assert_array_equal(confidence_f[~remote], confidence[~remote])
+    np.testing.assert_array_equal(eta_f, eta)
+
+
+def test_scale_eta_on_rows_meeting_both_conditions(sample):
+    model_bytes, X = sample
+    eta, confidence = run_onnx(model_bytes, X)
+    broken = faulty_model(
+        model_bytes, "scale", output="eta_prediction", factor=1.5, only_where="is_bulky", and_above=("weight_kg", 3.0)
+    )
+    eta_f, confidence_f = run_onnx(broken, X)
+    hit = (X[:, BULKY] == 1) & (X[:, WEIGHT] > 3.0)
+    assert 0 < hit.sum() < len(X)
+    np.testing.assert_array_equal(eta_f[hit], eta[hit] * np.float32(1.5))
+    np.testing.assert_array_equal(eta_f[~hit], eta[~hit])
+    np.testing.assert_array_equal(confidence_f, confidence)
+
+
+def test_scale_everywhere_keeps_confidence_a_probability(sample):
+    model_bytes, X = sample
+    eta, confidence = run_onnx(model_bytes, X)
+    eta_f, confidence_f = run_onnx(faulty_model(model_bytes, "scale", output="confidence_score", factor=3.0), X)
+    np.testing.assert_array_equal(confidence_f, np.minimum(confidence * np.float32(3.0), 1))
+    assert (confidence_f <= 1).all() and (confidence_f == 1).any()  # some rows were clipped
+    np.testing.assert_array_equal(eta_f, eta)
+
+
+def test_slow_gives_the_same_answers(sample):
+    model_bytes, X = sample
+    broken = faulty_model(model_bytes, "slow", factor=2.0)
+    assert broken != model_bytes
+    odd = X[:4].copy()
+    odd[0, 1], odd[1, 2], odd[2, :] = np.nan, np.inf, -np.inf  # the busy work meets NaN and inf too
+    for rows in (X, X[:1], odd):
+        for good, slow in zip(run_onnx(model_bytes, rows), run_onnx(broken, rows), strict=True):
+            np.testing.assert_array_equal(slow, good)
+
+
+def test_fault_kinds():
+    assert FAULT_KINDS == ("nan", "error", "slow", "scale")
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "message"),
+    [
+        ("sluggish", {}, r"unknown fault kind 'sluggish'"),
+        ("nan", {"only_where": "shoe_size"}, r"only_where must be a model feature, got 'shoe_size'"),
+        ("nan", {"factor": 2.0}, r"fault kind 'nan' takes no factor"),
+        ("error", {"only_where": "is_remote"}, r"fault kind 'error' takes no only_where"),
+        ("slow", {"output": "eta_prediction", "and_above": ("weight_kg", 1.0)}, r"'slow' takes no and_above, output"),
+        ("nan", {"and_above": ("shoe_size", 1.0)}, r"and_above must name a model feature, got 'shoe_size'"),
+        ("nan", {"and_above": "weight_kg"}, r"and_above must be a \(feature, threshold\) pair"),
+        ("nan", {"and_above": ("weight_kg", float("nan"))}, r"and_above threshold must be a finite number"),
+        ("nan", {"and_above": ("weight_kg", "10")}, r"and_above threshold must be a finite number"),
+        ("scale", {"factor": 0.5}, r"scale needs output, one of \('eta_prediction', 'confidence_score'\); got None"),
+        ("scale", {"output": "eta", "factor": 0.5}, r"scale needs output.*got 'eta'"),
+        ("scale", {"output": "eta_prediction"}, r"scale needs a finite factor > 0, got None"),
+        ("scale", {"output": "eta_prediction", "factor": 0.0}, r"scale needs a finite factor > 0, got 0.0"),
+        ("scale", {"output": "eta_prediction", "factor": float("inf")}, r"scale needs a finite factor > 0, got inf"),
+        ("slow", {"factor": 1.0}, r"slow needs a factor in \(1, 1000\], got 1.0"),
+        ("slow", {"factor": 5000}, r"slow needs a factor in \(1, 1000\], got 5000"),
+        ("slow", {"factor": "3"}, r"slow needs a factor in \(1, 1000\], got '3'"),
+    ],
+)
+def test_bad_arguments_are_refused(sample, kind, options, message):
+    model_bytes, _ = sample
+    with pytest.raises(ValueError, match=message):
+        faulty_model(model_bytes, kind, **options)
