@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, CronDataIntervalTimetable, Param, chain
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
+from airflow.sdk import DAG, CronDataIntervalTimetable, Param, TriggerRule, chain
 
 from mlrelease_airflow.factory import step_operator
 from mlrelease_airflow.notifiers import WebhookAlertNotifier
@@ -27,7 +29,17 @@ Every night at 02:00 UTC, for the data interval that just closed (the previous 2
 7. **validate_serving** loads it into a real Triton and compares served answers with the export.
 8. **benchmark** runs perf_analyzer on challenger and champion (GPU node on Kubernetes) and gates on p99
    latency and throughput ratios. With no champion yet, the first candidate that passes every gate
-   becomes champion (bootstrap).
+   becomes champion (bootstrap), and the rollout tasks are skipped.
+9. **shadow** replays the interval's orders through candidate and champion on Triton and gates on the
+   share of differing answers, a KS test and p95 latency.
+10. **rollout_stage_N → wait_N → analyze_N** for each stage of the rollout plan (`config/rollout_plan.yaml`):
+    high-value cohort, then the long tail, then everyone with stable keeping a 5 % control group. The waits
+    are deferrable (no worker is held). `analyze_N` judges the guardrails per cohort, candidate against
+    stable, and advances, rolls one cohort back (and diagnoses it), rolls everything back (the task fails
+    and alerts with the numbers), or pauses for a human (the rest of the run is skipped).
+11. **promote** moves the `champion` alias (all traffic first); **retire** unloads the previous champion
+    once its keep window (instant rollback) has passed.
+12. **rollback** runs only when a rollout task failed: traffic back to stable, candidate unloaded, aliases restored.
 
 Each task runs as a KubernetesPodOperator when `MLRELEASE_RUNNER=kubernetes`, otherwise as a local
 process running the same command. Failures alert through the `mlrelease_alerts` connection
@@ -43,7 +55,11 @@ process running the same command. Failures alert through the `mlrelease_alerts` 
 | `mae_tolerance` | how much worse than the champion's holdout MAE a candidate may be (0.05 = 5 %) |
 | `max_p99_ratio` | largest challenger/champion p99 latency ratio accepted |
 | `min_throughput_ratio` | smallest challenger/champion throughput ratio accepted |
+| `rollout_profile` | `production` stage durations (1 h, 1 h, 24 h) or `demo` (seconds) |
+| `rollout_plan` | the rollout plan YAML, relative to the repository (stages, guardrails, breach actions) |
 """
+# Stages wired below; the plan YAML must have exactly this many (the rollout step checks).
+ROLLOUT_STAGES = 3
 
 with DAG(
     dag_id="nightly_release",
@@ -79,6 +95,18 @@ with DAG(
         "min_throughput_ratio": Param(
             0.90, type="number", exclusiveMinimum=0, maximum=1, description="Smallest accepted throughput ratio."
         ),
+        "rollout_profile": Param(
+            os.environ.get("MLRELEASE_ROLLOUT_PROFILE", "production"),
+            type="string",
+            enum=["production", "demo"],
+            description="Stage durations: production (hours) or demo (seconds).",
+        ),
+        "rollout_plan": Param(
+            "config/rollout_plan.yaml",
+            type="string",
+            minLength=1,
+            description="Rollout plan YAML, relative to the repository root.",
+        ),
         "psi_threshold": Param(
             0.25,
             type="number",
@@ -88,6 +116,7 @@ with DAG(
         ),
     },
 ) as dag:
+    alert = WebhookAlertNotifier()
     chain(
         step_operator("apply-features"),
         step_operator("materialize"),
@@ -98,3 +127,28 @@ with DAG(
         step_operator("validate-serving"),
         step_operator("benchmark"),
     )
+    rollout = [step_operator("shadow")]
+    for n in range(1, ROLLOUT_STAGES + 1):
+        stage = step_operator(
+            "rollout-stage",
+            task_id=f"rollout_stage_{n}",
+            extra_args=("--stage", str(n), "--wired-stages", str(ROLLOUT_STAGES)),
+        )
+        wait = DateTimeSensorAsync(
+            task_id=f"wait_{n}",
+            target_time=f"{{{{ ti.xcom_pull(task_ids='rollout_stage_{n}')['analyze_at'] }}}}",
+        )
+        analyze = step_operator(
+            "analyze", task_id=f"analyze_{n}", extra_args=("--stage", str(n)), on_skipped_callback=alert
+        )
+        rollout += [stage, wait, analyze]
+    wait_retire = DateTimeSensorAsync(
+        task_id="wait_retire", target_time="{{ ti.xcom_pull(task_ids='promote')['previous_unload_after'] }}"
+    )
+    rollout += [step_operator("promote"), wait_retire, step_operator("retire")]
+    chain(dag.get_task("benchmark"), *rollout)
+    # Any failed rollout task: traffic back to stable and the candidate cleaned up (a no-op when nothing moved).
+    rollback = step_operator("rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=3)
+    rollout >> rollback
+    # The run's verdict: failed when the release did not complete (even though the rollback itself succeeded).
+    [rollout[-1], rollback] >> EmptyOperator(task_id="release_complete")

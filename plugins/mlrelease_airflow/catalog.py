@@ -10,6 +10,10 @@ from mlrelease_airflow.pod_spec import Resources, StepPod
 
 MODEL_VERSION_ARGS = ("--model-version", "{{ ti.xcom_pull(task_ids='train')['model_version'] }}")
 WINDOW_ARGS = ("--start", "{{ data_interval_start.isoformat() }}", "--end", "{{ data_interval_end.isoformat() }}")
+# Rollout steps are keyed on the candidate and the run's data interval end (one rollout per run).
+RELEASE_ARGS = (*MODEL_VERSION_ARGS, "--end", "{{ data_interval_end.isoformat() }}")
+PLAN_ARGS = ("--plan", "{{ params.rollout_plan }}")
+SMALL = Resources(cpu="250m", memory="512Mi")
 
 STEPS: dict[str, StepPod] = {
     "apply-features": StepPod("apply-features", resources=Resources(cpu="250m", memory="512Mi")),
@@ -61,5 +65,33 @@ STEPS: dict[str, StepPod] = {
         # perf_analyzer runs on a GPU node next to the GPU Triton it measures, from the Triton SDK image.
         resources=Resources(cpu="2", memory="2Gi", cpu_limit="4", memory_limit="4Gi", gpus=1),
         image_env="MLRELEASE_K8S_PERF_IMAGE",
+    ),
+    "shadow": StepPod("shadow", args=(*RELEASE_ARGS, *PLAN_ARGS), resources=Resources(cpu="1", memory="1Gi")),
+    # `--stage N` is appended per stage by the DAG (step_operator's extra_args).
+    "rollout-stage": StepPod(
+        "rollout-stage", args=(*RELEASE_ARGS, "--profile", "{{ params.rollout_profile }}", *PLAN_ARGS), resources=SMALL
+    ),
+    "analyze": StepPod("analyze", args=RELEASE_ARGS, resources=Resources(cpu="500m", memory="1Gi")),
+    "promote": StepPod("promote", args=RELEASE_ARGS, resources=SMALL),
+    "retire": StepPod("retire", args=RELEASE_ARGS, resources=SMALL),
+    "rollback": StepPod(
+        "rollback",
+        args=("--end", "{{ data_interval_end.isoformat() }}", "--reason", "nightly_release run {{ run_id }} failed"),
+        resources=SMALL,
+    ),
+    # The rollback_release DAG: a human's rollback, abort or promotion, with the trigger form's params.
+    "manual-release": StepPod(
+        "manual-release",
+        args=(
+            "--action",
+            "{{ params.action }}",
+            "--model",
+            "{{ params.model }}",
+            "--to-version",
+            "{{ params.target_version or '' }}",
+            "--reason",
+            "{{ params.reason }} (rollback_release run {{ run_id }})",
+        ),
+        resources=SMALL,
     ),
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from mlrelease_airflow.catalog import STEPS
@@ -19,11 +20,24 @@ def selected_runner() -> str:
     return runner
 
 
-def step_operator(step: str, *, task_id: str | None = None, runner: str | None = None, **kwargs: Any) -> Any:
-    """An operator that runs catalogue step `step` with the selected runner; extra kwargs go to the operator."""
+def step_operator(
+    step: str,
+    *,
+    task_id: str | None = None,
+    runner: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    **kwargs: Any,
+) -> Any:
+    """An operator that runs catalogue step `step` with the selected runner.
+
+    :param extra_args: appended to the step's catalogue args (e.g. `--stage 2` for one rollout stage).
+    :param kwargs: passed to the operator (trigger_rule, callbacks…).
+    """
     if step not in STEPS:
         raise KeyError(f"unknown step {step!r}; known steps: {', '.join(sorted(STEPS))}")
     pod: StepPod = STEPS[step]
+    if extra_args:
+        pod = replace(pod, args=(*pod.args, *extra_args))
     task_id = task_id or step.replace("-", "_")
     if (runner or selected_runner()) == "kubernetes":
         from mlrelease_airflow.kubernetes import kubernetes_step_operator

@@ -8,6 +8,7 @@ from typing import Any
 from mlrelease_airflow.pod_spec import STATE_MOUNT, XCOM_PATH, ClusterSettings, StepPod
 
 EXIT_GATE_FAILED = 3  # mlrelease.cli: a gate decided against the data or the model
+EXIT_SKIPPED = 4  # mlrelease.cli: nothing to do; KPO's skip_on_exit_code turns it into a skipped task
 
 
 def base_exit_code(remote_pod: Any, container: str) -> int | None:
@@ -64,6 +65,7 @@ def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSetting
     }
     return step_pod_operator_class()(
         task_id=task_id,
+        skip_on_exit_code=EXIT_SKIPPED,
         name=f"mlrelease-{pod.step}",
         namespace=cluster.namespace,
         image=cluster.image_for(pod),

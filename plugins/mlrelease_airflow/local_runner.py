@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic
@@ -21,6 +21,7 @@ from mlrelease.timewindow import run_key
 from mlrelease_airflow.pod_spec import StepPod
 
 EXIT_GATE_FAILED = 3  # mlrelease.cli: a gate decided against the data or the model
+EXIT_SKIPPED = 4  # mlrelease.cli: nothing to do (first release, a paused rollout): skip this task and downstream
 
 
 def resolve_entrypoint(command: str) -> str:
@@ -53,6 +54,9 @@ class LocalStepOperator(BaseOperator):
         """Run the step; fail with its one-line error; return (and record) its JSON result."""
         try:
             result = self._run(context)
+        except AirflowSkipException as exc:
+            self._record(context, {"status": "skipped", "reason": str(exc)})
+            raise
         except AirflowException as exc:
             self._record(context, {"status": "failed", "error": str(exc)})
             raise
@@ -73,6 +77,8 @@ class LocalStepOperator(BaseOperator):
                 if proc.stderr:
                     self.log.error("%s", proc.stderr.rstrip())
                 error = _error_line(proc.stderr) or f"step {self.pod.step} exited {proc.returncode}"
+                if proc.returncode == EXIT_SKIPPED:
+                    raise AirflowSkipException(error)
                 # A gate's verdict (exit 3) would be the same on every try: fail without retrying.
                 raise (AirflowFailException if proc.returncode == EXIT_GATE_FAILED else AirflowException)(error)
             if proc.stderr:
@@ -96,6 +102,6 @@ def _error_line(stderr: str) -> str:
     """The step's own error line (`mlrelease step X: error: …`), else the last line of stderr."""
     lines = [line for line in stderr.splitlines() if line.strip()]
     for line in reversed(lines):
-        if ": error: " in line:
+        if ": error: " in line or ": skipped: " in line:
             return line.strip()
     return lines[-1].strip() if lines else ""

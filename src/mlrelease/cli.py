@@ -155,7 +155,13 @@ def _step_rollout_stage(args: argparse.Namespace, settings: Settings) -> dict[st
 
     version = _model_version(args.model_version)
     return rollout_stage(
-        settings, _stage(args), version, _run_key(args), profile=args.profile, plan_path=_plan_path(args)
+        settings,
+        _stage(args),
+        version,
+        _run_key(args),
+        profile=args.profile,
+        plan_path=_plan_path(args),
+        wired_stages=args.wired_stages,
     )
 
 
@@ -166,11 +172,27 @@ def _step_analyze(args: argparse.Namespace, settings: Settings) -> dict[str, Any
 
 
 def _step_promote(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    from mlrelease.steps.rollout import promote, promote_paused
+    from mlrelease.steps.rollout import promote
 
-    if args.by_hand:
-        return promote_paused(settings)
     return promote(settings, _model_version(args.model_version), _run_key(args))
+
+
+MANUAL_ACTIONS = ("rollback_to_version", "abort_rollout", "promote_paused")
+
+
+def _step_manual_release(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.registry import MODEL_NAME
+    from mlrelease.steps.rollout import promote_paused, rollback, rollback_to
+
+    if args.model != MODEL_NAME:
+        raise StepError(f"--model {args.model!r} is not released by this pipeline; it releases {MODEL_NAME!r}")
+    if args.action == "rollback_to_version":
+        if not args.to_version:
+            raise StepError("action rollback_to_version needs a target version")
+        return rollback_to(settings, _model_version(args.to_version), reason=args.reason)
+    if args.action == "abort_rollout":
+        return rollback(settings, None, reason=args.reason)
+    return promote_paused(settings)
 
 
 def _step_rollback(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -220,14 +242,19 @@ def _add_rollout_steps(steps: Any) -> None:
     )
     st.add_argument("--stage", type=int, required=True, help="stage number, from 1")
     st.add_argument("--profile", choices=["production", "demo"], default="production")
+    st.add_argument("--wired-stages", type=int, default=None, help="stages the DAG wires; the plan must match")
     st.add_argument("--plan", default="", help="rollout plan YAML (default config/rollout_plan.yaml)")
     an = release("analyze", "judge one stage's guardrails and act (advance, roll back, pause)", _step_analyze)
     an.add_argument("--stage", type=int, required=True, help="stage number, from 1")
     an.add_argument("--poll-s", type=float, default=5.0, help="seconds between analyses while more traffic is needed")
     release("promote", "make the candidate champion once every stage passed", _step_promote)
     release("retire", "unload the previous champion after the keep window", _step_retire)
-    hand = steps.add_parser("promote-paused", help="a human promotes the paused rollout's candidate")
-    hand.set_defaults(handler=_step_promote, by_hand=True)
+    hand = steps.add_parser("manual-release", help="a human's rollback to a version, abort, or paused promotion")
+    hand.add_argument("--action", choices=MANUAL_ACTIONS, required=True)
+    hand.add_argument("--model", required=True)
+    hand.add_argument("--to-version", default="", help="for rollback_to_version")
+    hand.add_argument("--reason", default="manual", help="recorded on the versions and in the rollout history")
+    hand.set_defaults(handler=_step_manual_release)
     rb = steps.add_parser("rollback", help="take traffic off the candidate (everything or one cohort)")
     rb.add_argument("--end", default="", help="only the rollout of this run (data interval end)")
     rb.add_argument("--cohort", default=None, help="roll back this cohort only")

@@ -71,6 +71,7 @@ def stage_repository(production_root: Path, cpu_root: Path, versions: dict[int, 
 # Versions staged by `start_serving_world`: a good stable, a healthy candidate, and one per fault.
 GOOD, HEALTHY_CANDIDATE, NAN_ALL, NAN_LONG_TAIL, ERRORS = 1, 2, 3, 4, 5
 SLOW, NAN_FEW_LONG_TAIL, LOW_CONFIDENCE_LONG_TAIL, SHIFTED_HIGH_VALUE = 6, 7, 8, 9
+NOT_HIGH_VALUE = (("tier", 1.5), ("declared_value", 1000.0))  # the gateway's high_value rule, negated
 
 
 def standard_versions(good: bytes) -> dict[int, bytes]:
@@ -85,10 +86,13 @@ def standard_versions(good: bytes) -> dict[int, bytes]:
         ERRORS: faulty_model(good, "error"),
         # ~100x the model's own time per call: a few ms more per request through Triton, ~3x the call latency.
         SLOW: faulty_model(good, "slow", factor=100),
-        # Remote and heavier than 10 kg: NaN on ~4-5 % of long-tail requests.
-        NAN_FEW_LONG_TAIL: faulty_model(good, "nan", only_where="is_remote", and_above=("weight_kg", 10.0)),
+        # Remote, heavier than 10 kg, and not high-value (tier below premium, declared value under 1000):
+        # NaN on a few % of long-tail requests and nowhere else.
+        NAN_FEW_LONG_TAIL: faulty_model(
+            good, "nan", only_where="is_remote", and_above=("weight_kg", 10.0), and_below=NOT_HIGH_VALUE
+        ),
         LOW_CONFIDENCE_LONG_TAIL: faulty_model(
-            good, "scale", output="confidence_score", factor=0.5, only_where="is_remote"
+            good, "scale", output="confidence_score", factor=0.5, only_where="is_remote", and_below=NOT_HIGH_VALUE
         ),
         # tier is encoded 0/1/2: premium shippers (nearly all of high_value) get 1.5x the ETA.
         SHIFTED_HIGH_VALUE: faulty_model(good, "scale", output="eta_prediction", factor=1.5, and_above=("tier", 1.5)),

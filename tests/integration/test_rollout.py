@@ -19,7 +19,15 @@ import pytest
 import yaml
 
 from mlrelease import devkit
-from mlrelease.devkit import ERRORS, GOOD, HEALTHY_CANDIDATE
+from mlrelease.devkit import (
+    ERRORS,
+    GOOD,
+    HEALTHY_CANDIDATE,
+    LOW_CONFIDENCE_LONG_TAIL,
+    NAN_FEW_LONG_TAIL,
+    SHIFTED_HIGH_VALUE,
+    SLOW,
+)
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.gateway import traffic
 from mlrelease.gateway.config import load_config
@@ -39,7 +47,7 @@ AS_OF = parse_timestamp(WINDOW_END, name="end")
 RATE = 200.0
 WARM_UP_S = 3.0  # stable traffic before a stage opens: the reference for cohorts the stage moves entirely
 PLAN = {
-    "shadow": {"samples": 400, "latency_samples": 60},
+    "shadow": {"samples": 400, "latency_samples": 100, "max_p95_latency_ratio": 1.3},
     "keep_previous_s": {"production": 86400, "demo": 1},
     "stages": [
         {
@@ -51,7 +59,8 @@ PLAN = {
             "guardrails": [
                 {"metric": "error_rate", "max": 0.001},
                 {"metric": "nan_rate", "max": 0.0},
-                {"metric": "p99_latency_ratio", "max": 2.0},
+                {"metric": "p50_latency_ratio", "max": 1.5},
+                {"metric": "p99_latency_ratio", "max": 3.0},
                 {"metric": "low_confidence_share", "max": 0.5},
                 {"metric": "prediction_shift_ks", "max": 0.25},
             ],
@@ -121,18 +130,8 @@ def bodies(world) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def fresh(world) -> Iterator[World]:
-    """Every version served, GOOD champion and stable, no rollout record: each scenario starts the same."""
-    root = model_repository(world.settings)
-    everything = versions_present(root, MODEL_NAME)
-    if set_version_policy(root, MODEL_NAME, everything):
-        from mlrelease.serving.endpoint import publish_to_local_server
-
-        publish_to_local_server(world.settings, root)
-        client = world.client()
-        client.load(MODEL_NAME)
-        for version in everything:
-            client.wait_ready(MODEL_NAME, version)
-        client.close()
+    """GOOD champion and stable, no candidate, no rollout record: each scenario starts the same."""
+    _serve(world, [GOOD])
     Registry.from_settings(world.settings).client().set_registered_model_alias(MODEL_NAME, CHAMPION, str(GOOD))
     world.routing(_config(), "set", "--stable", str(GOOD), "--candidate", "0", "--clear-trips")
     shutil.rmtree(world.settings.home / "rollout", ignore_errors=True)
@@ -146,6 +145,7 @@ class Release:
         self.world, self.version, self.end = world, version, parse_timestamp(end, name="end")
         self.key = run_key(self.end)
         self.plan = world.home / "plan.yaml"
+        _serve(world, [GOOD, version])
         Registry.from_settings(world.settings).client().set_registered_model_alias(MODEL_NAME, CHALLENGER, str(version))
 
     def stage(self, n: int) -> dict[str, Any]:
@@ -161,6 +161,20 @@ class Release:
 
     def record(self) -> Any:
         return RolloutStore.from_settings(self.world.settings, MODEL_NAME).read()
+
+
+def _serve(world: World, versions: list[int]) -> None:
+    """Triton serves exactly these versions (what validate-serving leaves: champion + candidate)."""
+    from mlrelease.serving.endpoint import publish_to_local_server
+
+    root = model_repository(world.settings)
+    if set_version_policy(root, MODEL_NAME, versions):
+        publish_to_local_server(world.settings, root)
+        client = world.client()
+        client.load(MODEL_NAME)
+        for version in versions:
+            client.wait_ready(MODEL_NAME, version)
+        client.close()
 
 
 def _aliases(world: World) -> dict[str, int | None]:
@@ -265,4 +279,110 @@ def test_unreachable_routing_state_fails_before_touching_traffic(fresh, monkeypa
     assert record.stage_opened_at is None  # nothing was recorded as opened
     monkeypatch.setenv("MLRELEASE_GATEWAY_CONFIG", str(working))
     assert release.stage(0)["status"] == "opened"  # once the store is back, the same run resumes
+    steps.rollback(fresh.settings, release.key, reason="test over")
+
+
+def _traffic_then(fresh, gateway, bodies, run) -> Any:
+    """Run `run()` while traffic flows (after a warm-up); returns (its result or exception, traffic report)."""
+    with devkit.background_traffic(gateway, bodies, fresh.api_key, RATE) as report:
+        time.sleep(WARM_UP_S)
+        try:
+            outcome = run()
+        except Exception as exc:  # noqa: BLE001 - the scenario asserts on it
+            outcome = exc
+        time.sleep(0.5)
+    return outcome, report
+
+
+def test_nan_on_a_few_percent_of_the_long_tail_rolls_back_that_cohort_only(fresh, gateway, bodies):
+    release = Release(fresh, NAN_FEW_LONG_TAIL)
+    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: [release.wait_and_analyze(n) for n in range(2)])
+    assert report.errors == 0, report.summary()
+    first, second = outcome
+    assert first["action"] == "advance" and first["verdicts"]["high_value"] == "pass"
+    assert second["action"] == "rollback_cohort" and second["cohorts"] == ["long_tail"], second
+    assert second["verdicts"]["long_tail"] == "fail" and second["verdicts"]["high_value"] != "fail"
+    assert any(r["metric"] in ("nan_rate", "fast_guard") for r in second["results"] if r["verdict"] == "fail")
+    assert second["diagnosis"]["long_tail"]["report"].endswith("diagnose-long_tail.json")
+    routing = _routing(fresh)  # the long tail is back on stable, high value stays on the candidate
+    assert routing["candidate_percent"] == {"high_value": 100.0, "long_tail": 0.0} and routing["guard_trips"] == []
+    # The last stage passes for the other cohorts, but one champion cannot exclude a cohort: a human decides.
+    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: release.wait_and_analyze(2))
+    assert isinstance(outcome, Skipped) and "long_tail was rolled back" in str(outcome), outcome
+    assert release.record().phase is Phase.PAUSED and _aliases(fresh)[CHAMPION] == GOOD
+    steps.rollback(fresh.settings, None, reason="abort after the drill")
+    assert _routing(fresh)["candidate_version"] is None
+
+
+def test_low_confidence_on_the_long_tail_is_caught_at_its_stage_and_diagnosed(fresh, gateway, bodies):
+    release = Release(fresh, LOW_CONFIDENCE_LONG_TAIL)
+    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: [release.wait_and_analyze(n) for n in range(2)])
+    assert report.errors == 0, report.summary()
+    first, second = outcome
+    assert first["action"] == "advance"
+    breach = [r for r in second["results"] if r["verdict"] == "fail"]
+    assert second["action"] == "rollback_cohort" and {r["cohort"] for r in breach} == {"long_tail"}, second
+    low = next(r for r in breach if r["metric"] == "low_confidence_share")
+    assert low["candidate"] > 0.15 and low["stable"] < 0.15 and "0.15" in low["reason"]
+    diagnosis = second["diagnosis"]["long_tail"]
+    assert diagnosis["status"] == "ok" and len(diagnosis["top_shifts"]) == 5
+    assert diagnosis["top_shifts"][0]["ks"] >= diagnosis["top_shifts"][-1]["ks"]
+    steps.rollback(fresh.settings, release.key, reason="test over")
+
+
+def test_slow_candidate_fails_the_latency_guardrail(fresh, gateway, bodies):
+    release = Release(fresh, SLOW)
+    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: release.wait_and_analyze(0))
+    assert report.errors == 0, report.summary()
+    assert isinstance(outcome, GateFailed) and "p50_latency_ratio" in str(outcome), outcome
+    assert release.record().phase is Phase.ROLLED_BACK
+
+
+def test_shifted_predictions_fail_the_shadow_gate_and_the_first_stage(fresh, gateway, bodies):
+    release = Release(fresh, SHIFTED_HIGH_VALUE)
+    with pytest.raises(GateFailed, match="differ by more than 15%.*'high_value': 0.9"):
+        shadow(fresh.settings, SHIFTED_HIGH_VALUE, release.end, plan_path=release.plan)
+    report = json.loads((fresh.settings.artifacts_dir / release.key / "rollout" / "shadow.json").read_text())
+    assert report["status"] == "failed" and report["disagreement_by_cohort"]["core"] == 0.0
+    # Had the shadow gate been skipped, the first stage would catch the shift on high-value traffic.
+    outcome, traffic_report = _traffic_then(fresh, gateway, bodies, lambda: release.wait_and_analyze(0))
+    assert isinstance(outcome, GateFailed) and "high_value prediction_shift_ks" in str(outcome), outcome
+    assert traffic_report.errors == 0
+
+
+def test_candidate_crashing_mid_stage_is_rolled_back_with_no_client_errors(fresh, gateway, bodies):
+    release = Release(fresh, HEALTHY_CANDIDATE)
+
+    def crash_then_analyze() -> dict[str, Any]:
+        release.stage(0)
+        time.sleep(1.0)
+        # the candidate's instance goes away under load
+        _serve(fresh, [GOOD])
+        return release.wait_and_analyze(0)
+
+    outcome, report = _traffic_then(fresh, gateway, bodies, crash_then_analyze)
+    assert isinstance(outcome, GateFailed) and "fast_guard" in str(outcome), outcome
+    assert report.errors == 0, report.summary()
+    assert release.record().phase is Phase.ROLLED_BACK and _routing(fresh)["candidate_version"] is None
+
+
+def test_a_killed_analysis_resumes_from_the_stored_state(fresh, gateway, bodies):
+    release = Release(fresh, HEALTHY_CANDIDATE)
+
+    def kill_then_resume() -> dict[str, Any]:
+        release.stage(0)
+        killed = subprocess.Popen(
+            [MLRELEASE, "step", "analyze", "--stage", "1", "--model-version", str(HEALTHY_CANDIDATE)]
+            + ["--end", WINDOW_END, "--poll-s", "0.2"]
+        )
+        time.sleep(1.5)  # mid-stage: it is waiting for the stage's duration
+        killed.kill()
+        killed.wait()
+        assert not [e for e in release.record().history if e.kind == "analysis"]
+        return release.wait_and_analyze(0)
+
+    outcome, report = _traffic_then(fresh, gateway, bodies, kill_then_resume)
+    assert outcome["action"] == "advance", outcome
+    assert [e.kind for e in release.record().history] == ["stage_opened", "analysis"]
+    assert release.record().stage == 1
     steps.rollback(fresh.settings, release.key, reason="test over")

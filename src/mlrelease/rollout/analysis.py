@@ -1,6 +1,7 @@
 """One stage's analysis: every guardrail on every cohort open to the candidate, candidate against stable.
 
-The reference is stable on the same cohort and window. Where a stage sends the whole cohort to the
+The reference is stable on the same cohort and window (for latency: stable's calls of every cohort in the
+same window, since latency depends on load more than on the cohort). Where a stage sends the whole cohort to the
 candidate, stable has no traffic of that cohort in the window, so the reference reaches back before the
 stage opened (up to `LOOKBACK_WINDOWS` stage lengths) for stable's most recent traffic of the cohort; the
 result says which reference it used. Stable's earlier windows also feed the dynamic baselines.
@@ -13,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from mlrelease.rollout.guardrails import (
+    LATENCY,
     CohortWindow,
     GuardrailResult,
     Verdict,
@@ -95,6 +97,9 @@ def analyze_stage(
         mine = current.get((cohort, candidate), EMPTY)
         theirs = current.get((cohort, stable), EMPTY)
         reference = theirs if theirs.requests >= stage.min_samples else extended.get((cohort, stable), EMPTY)
+        # Latency depends on load more than on the cohort: compare with stable's calls in the same window.
+        same_load = current.get(("*", stable), EMPTY)
+        latency_reference = same_load if same_load.requests >= stage.min_samples else reference
         samples[cohort] = {"candidate": mine.requests, "stable": reference.requests}
         for guardrail in stage.guardrails:
             if guardrail.cohorts and cohort not in guardrail.cohorts:
@@ -106,8 +111,9 @@ def analyze_stage(
                 and (cohort, stable) in w
                 and w[(cohort, stable)].requests >= stage.min_samples
             ]
+            against = latency_reference if guardrail.metric in LATENCY else reference
             results.append(
-                evaluate(guardrail, cohort, mine, reference, min_samples=stage.min_samples, stable_history=history)
+                evaluate(guardrail, cohort, mine, against, min_samples=stage.min_samples, stable_history=history)
             )
     if tripped is not None:
         results.extend(_fast_guard(cohorts, current, candidate, tripped))

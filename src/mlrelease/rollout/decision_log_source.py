@@ -15,6 +15,7 @@ from mlrelease.model.features import FEATURES
 from mlrelease.rollout.guardrails import CohortWindow
 
 HARD_ERRORS = ("error", "timeout", "out_of_range")
+ALL_COHORTS = "*"
 
 
 def summarize(records: list[dict[str, Any]]) -> CohortWindow:
@@ -29,6 +30,7 @@ def summarize(records: list[dict[str, Any]]) -> CohortWindow:
         low_confidence=sum(r["confidence"] < LOW_CONFIDENCE for r in answered),
         p99_latency_s=float(np.quantile(latencies, 0.99)) if latencies else 0.0,
         predictions=tuple(r["eta"] for r in answered),
+        p50_latency_s=float(np.quantile(latencies, 0.5)) if latencies else 0.0,
     )
 
 
@@ -43,10 +45,11 @@ class DecisionLogSource:
         self._reader = DecisionReader(directory)
 
     def windows(self, since: datetime, until: datetime) -> dict[tuple[str, int], CohortWindow]:
-        """Each (cohort, version) with model calls in [since, until), summarised."""
+        """Each (cohort, version) with model calls in [since, until), summarised; cohort "*" is every cohort."""
         groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         for record in self._reader.read(since, until):
             groups[(record["cohort"], int(record["version"]))].append(record)
+            groups[(ALL_COHORTS, int(record["version"]))].append(record)
         return {key: summarize(records) for key, records in groups.items()}
 
     def features(self, cohort: str, since: datetime, until: datetime) -> np.ndarray:

@@ -16,6 +16,9 @@ from scipy.stats import ks_2samp
 from mlrelease.rollout.plan import Guardrail
 
 MIN_HISTORY = 3  # stable windows needed before a dynamic baseline replaces the fixed threshold
+COMPARISONS = ("p50_latency_ratio", "p99_latency_ratio", "prediction_shift_ks")  # candidate relative to stable
+LATENCY = ("p50_latency_ratio", "p99_latency_ratio")
+KS_ALPHA = 0.01  # a prediction shift fails only when the KS test is also significant at this level
 
 
 class Verdict(StrEnum):
@@ -44,6 +47,7 @@ class CohortWindow:
     low_confidence: int
     p99_latency_s: float
     predictions: Sequence[float] = ()
+    p50_latency_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -73,9 +77,16 @@ def measure(metric: str, window: CohortWindow, reference: CohortWindow) -> float
         return _share(window.low_confidence, window)
     if metric == "p99_latency_ratio":
         return window.p99_latency_s / reference.p99_latency_s if reference.p99_latency_s > 0 else float("inf")
+    if metric == "p50_latency_ratio":
+        return window.p50_latency_s / reference.p50_latency_s if reference.p50_latency_s > 0 else float("inf")
     if metric == "prediction_shift_ks":
         return float(ks_2samp(window.predictions, reference.predictions).statistic)
     raise ValueError(f"unknown guardrail metric {metric!r}")
+
+
+def ks_pvalue(window: CohortWindow, reference: CohortWindow) -> float:
+    """The two-sample KS test's p-value for the two windows' predictions."""
+    return float(ks_2samp(window.predictions, reference.predictions).pvalue)
 
 
 def threshold(guardrail: Guardrail, stable_history: Sequence[float]) -> tuple[float, str]:
@@ -97,7 +108,7 @@ def evaluate(
 ) -> GuardrailResult:
     """Judge one guardrail on one cohort: inconclusive below `min_samples`, fail above the threshold."""
     limit, source = threshold(guardrail, stable_history)
-    compares = guardrail.metric in ("p99_latency_ratio", "prediction_shift_ks")
+    compares = guardrail.metric in COMPARISONS
     short = candidate.requests < min_samples or (compares and stable.requests < min_samples)
     if short:
         reason = (
@@ -107,7 +118,16 @@ def evaluate(
         return GuardrailResult(cohort, guardrail.metric, Verdict.INCONCLUSIVE, None, None, limit, reason)
     value = measure(guardrail.metric, candidate, stable)
     baseline = None if compares else measure(guardrail.metric, stable, stable)
-    verdict = Verdict.FAIL if value > limit else Verdict.PASS
+    breached = value > limit
+    note = ""
+    if guardrail.metric == "prediction_shift_ks":
+        # On small windows two samples of the same distribution differ by chance: only a significant shift fails.
+        p = ks_pvalue(candidate, stable)
+        breached, note = breached and p < KS_ALPHA, f", p={p:.2g}"
+    verdict = Verdict.FAIL if breached else Verdict.PASS
     against = "" if baseline is None else f" (stable {baseline:.4g})"
-    reason = f"{cohort} {guardrail.metric} {value:.4g}{against} {'>' if value > limit else '<='} {limit:.4g} [{source}]"
+    reason = (
+        f"{cohort} {guardrail.metric} {value:.4g}{against}{note} {'>' if value > limit else '<='} {limit:.4g} "
+        f"[{source}]"
+    )
     return GuardrailResult(cohort, guardrail.metric, verdict, value, baseline, limit, reason)

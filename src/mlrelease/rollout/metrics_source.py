@@ -19,7 +19,7 @@ class MetricsSource(Protocol):
     location: str
 
     def windows(self, since: datetime, until: datetime) -> dict[tuple[str, int], CohortWindow]:
-        """Each (cohort, version) that served model calls in [since, until), summarised."""
+        """Each (cohort, version) that served model calls in [since, until), summarised; cohort "*" is all of them."""
 
     def features(self, cohort: str, since: datetime, until: datetime) -> np.ndarray:
         """The encoded feature rows of the cohort's model calls in [since, until) (rows × features)."""

@@ -16,7 +16,9 @@ from mlrelease.settings import REPO_ROOT
 from mlrelease.yamlconfig import StrictModel, load_yaml_model
 
 DEFAULT_PLAN = REPO_ROOT / "config" / "rollout_plan.yaml"
-Metric = Literal["error_rate", "nan_rate", "p99_latency_ratio", "low_confidence_share", "prediction_shift_ks"]
+Metric = Literal[
+    "error_rate", "nan_rate", "p50_latency_ratio", "p99_latency_ratio", "low_confidence_share", "prediction_shift_ks"
+]
 Action = Literal["rollback_cohort", "rollback_all", "pause"]
 Profile = Literal["production", "demo"]
 
@@ -24,7 +26,7 @@ Profile = Literal["production", "demo"]
 class Guardrail(StrictModel):
     """One check of the candidate against stable on the same cohort and window.
 
-    `max` is the breach threshold on the candidate's value (for `p99_latency_ratio` the ratio to stable,
+    `max` is the breach threshold on the candidate's value (for the latency ratios the ratio to stable,
     for `prediction_shift_ks` the KS statistic). With `baseline: stable_dynamic`, the threshold is instead
     stable's own mean + 2σ over its recent windows, where a fixed number would misfire.
     """

@@ -19,7 +19,8 @@ Kinds:
 
 Rows (`nan` and `scale`): every row by default; `only_where="is_remote"` selects the rows where that 0/1
 feature is set, and `and_above=("weight_kg", 10.0)` the rows where that feature is strictly above the
-threshold; given both, the rows meeting both. A NaN feature value never selects its row.
+threshold, and `and_below=(("tier", 1.5), …)` the rows where each feature is strictly below its threshold;
+given several, the rows meeting all. A NaN feature value never selects its row.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ FAULT_KINDS = ("nan", "error", "slow", "scale")
 
 # The optional parameters each kind accepts; passing another one is refused rather than ignored.
 _PARAMETERS: dict[str, frozenset[str]] = {
-    "nan": frozenset({"only_where", "and_above"}),
+    "nan": frozenset({"only_where", "and_above", "and_below"}),
     "error": frozenset(),
     "slow": frozenset({"factor"}),
-    "scale": frozenset({"only_where", "and_above", "output", "factor"}),
+    "scale": frozenset({"only_where", "and_above", "and_below", "output", "factor"}),
 }
 SLOW_DEFAULT_FACTOR = 3.0
 SLOW_MAX_FACTOR = 1000.0
@@ -59,6 +60,7 @@ def faulty_model(
     *,
     only_where: str | None = None,
     and_above: tuple[str, float] | None = None,
+    and_below: tuple[tuple[str, float], ...] | None = None,
     output: str | None = None,
     factor: float | None = None,
 ) -> bytes:
@@ -71,15 +73,22 @@ def faulty_model(
 
     if kind not in FAULT_KINDS:
         raise ValueError(f"unknown fault kind {kind!r}; choose from {FAULT_KINDS}")
-    given = {"only_where": only_where, "and_above": and_above, "output": output, "factor": factor}
+    given = {
+        "only_where": only_where,
+        "and_above": and_above,
+        "and_below": and_below,
+        "output": output,
+        "factor": factor,
+    }
     stray = sorted(name for name, value in given.items() if value is not None and name not in _PARAMETERS[kind])
     if stray:
         raise ValueError(f"fault kind {kind!r} takes no {', '.join(stray)}")
     model = onnx.load_from_string(model_bytes)
     if kind == "nan":
-        _nan_eta(model.graph, _row_mask(model.graph, only_where, and_above))
+        _nan_eta(model.graph, _row_mask(model.graph, only_where, and_above, and_below or ()))
     elif kind == "scale":
-        _scale(model.graph, _scale_output(output), _scale_factor(factor), _row_mask(model.graph, only_where, and_above))
+        mask = _row_mask(model.graph, only_where, and_above, and_below or ())
+        _scale(model.graph, _scale_output(output), _scale_factor(factor), mask)
     elif kind == "slow":
         model = _slow(model, model_bytes, _slow_factor(factor))
     else:
@@ -91,7 +100,12 @@ def faulty_model(
 # --- which rows a value fault touches ----------------------------------------------------------
 
 
-def _row_mask(graph: GraphProto, only_where: str | None, and_above: tuple[str, float] | None) -> str | None:
+def _row_mask(
+    graph: GraphProto,
+    only_where: str | None,
+    and_above: tuple[str, float] | None,
+    and_below: tuple[tuple[str, float], ...] = (),
+) -> str | None:
     """The name of a bool [N, 1] tensor, true on the rows to break; None when every row is."""
     from onnx import helper
 
@@ -109,10 +123,24 @@ def _row_mask(graph: GraphProto, only_where: str | None, and_above: tuple[str, f
         if not _finite(threshold):
             raise ValueError(f"and_above threshold must be a finite number, got {threshold!r}")
         conditions.append(_column_above(graph, feature, float(threshold), "fault_above"))
+    conditions += _below_conditions(graph, and_below)
     if len(conditions) < 2:
         return conditions[0] if conditions else None
-    graph.node.append(helper.make_node("And", conditions, ["fault_mask"]))
-    return "fault_mask"
+    mask = conditions[0]
+    for i, condition in enumerate(conditions[1:]):
+        graph.node.append(helper.make_node("And", [mask, condition], [f"fault_mask{i}"]))
+        mask = f"fault_mask{i}"
+    return mask
+
+
+def _below_conditions(graph: GraphProto, and_below: tuple[tuple[str, float], ...]) -> list[str]:
+    """One `feature < threshold` mask per pair."""
+    names = []
+    for i, pair in enumerate(and_below):
+        if not (isinstance(pair, tuple | list) and len(pair) == 2 and pair[0] in FEATURES and _finite(pair[1])):
+            raise ValueError(f"and_below must hold (model feature, finite threshold) pairs, got {pair!r}")
+        names.append(_column_compare(graph, pair[0], float(pair[1]), f"fault_below{i}", "Less"))
+    return names
 
 
 def _finite(value: object) -> bool:
@@ -122,6 +150,11 @@ def _finite(value: object) -> bool:
 
 def _column_above(graph: GraphProto, feature: str, threshold: float, name: str) -> str:
     """Add nodes computing `features[:, feature] > threshold` as bool [N, 1]; returns the tensor's name."""
+    return _column_compare(graph, feature, threshold, name, "Greater")
+
+
+def _column_compare(graph: GraphProto, feature: str, threshold: float, name: str, op: str) -> str:
+    """Add nodes computing `features[:, feature] <op> threshold` (Greater or Less) as bool [N, 1]."""
     from onnx import helper, numpy_helper
 
     graph.initializer.extend(
@@ -133,7 +166,7 @@ def _column_above(graph: GraphProto, feature: str, threshold: float, name: str) 
     graph.node.extend(
         [
             helper.make_node("Gather", [INPUT, f"{name}_column"], [f"{name}_value"], axis=1),
-            helper.make_node("Greater", [f"{name}_value", f"{name}_threshold"], [name]),
+            helper.make_node(op, [f"{name}_value", f"{name}_threshold"], [name]),
         ]
     )
     return name

@@ -8,6 +8,7 @@ finished returns what it did before.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,9 @@ def _stage_result(record: RolloutRecord, stage: int) -> dict[str, Any]:
     }
 
 
-def _begin(ctx: RolloutContext, version: int, run_key: str, profile: Profile, plan_path: Path | None) -> RolloutRecord:
+def _begin(
+    ctx: RolloutContext, version: int, run_key: str, profile: Profile, plan_path: Path | None, wired: int | None
+) -> RolloutRecord:
     champion = ctx.registry.alias_version(CHAMPION)
     if champion is None or champion == version:
         raise Skipped(f"v{version} is the champion already (first release or promoted): nothing to roll out")
@@ -50,6 +53,8 @@ def _begin(ctx: RolloutContext, version: int, run_key: str, profile: Profile, pl
         return current  # a rerun resumes the stored rollout, under the plan it started with
     plan = load_plan(plan_path)
     plan.check_cohorts(ctx.cohorts)
+    if wired is not None and len(plan.stages) != wired:
+        raise StepError(f"the rollout plan has {len(plan.stages)} stages but the DAG wires {wired}; make them match")
     proposed = RolloutRecord(
         model=MODEL_NAME,
         run_key=run_key,
@@ -77,11 +82,20 @@ def _check_position(record: RolloutRecord, stage: int) -> None:
 
 
 def rollout_stage(
-    settings: Settings, stage: int, version: int, run_key: str, *, profile: Profile, plan_path: Path | None = None
+    settings: Settings,
+    stage: int,
+    version: int,
+    run_key: str,
+    *,
+    profile: Profile,
+    plan_path: Path | None = None,
+    wired_stages: int | None = None,
 ) -> dict[str, Any]:
     """Open stage `stage` (0-based) of `version`'s rollout: route its cohorts, record when it opened."""
     ctx = RolloutContext.open(settings)
-    record = _begin(ctx, version, run_key, profile, plan_path) if stage == 0 else ctx.owned(run_key, version)
+    record = (
+        _begin(ctx, version, run_key, profile, plan_path, wired_stages) if stage == 0 else ctx.owned(run_key, version)
+    )
     if record.phase is Phase.PROMOTED or record.stage > stage:
         return {**_stage_result(record, min(stage, len(record.plan.stages) - 1)), "status": "already opened"}
     _check_position(record, stage)
@@ -149,7 +163,10 @@ def analyze(settings: Settings, stage: int, version: int, run_key: str, *, poll_
         return {**result, "status": "every stage passed: ready to promote"}
     state = apply(record.state(), action, record.plan, now)
     if kind is ActionKind.ROLLBACK_COHORT:
-        ctx.route(record, state, action.reason, clear_trips=True)  # the other cohorts keep the candidate
+        # Traffic first, for the stage that breached: the cohort back on stable, the others keep the candidate
+        # (the next stage's shares are routed only when rollout-stage opens it).
+        held = replace(record.state(), excluded_cohorts=state.excluded_cohorts)
+        ctx.route(record, held, action.reason, clear_trips=True)
         record = ctx.record_update(
             record,
             record.with_state(state, now).with_event(
@@ -182,8 +199,6 @@ def rollback_all(ctx: RolloutContext, record: RolloutRecord, reason: str) -> dic
     now = now_utc()
     state = record.state()
     if record.active:
-        from dataclasses import replace
-
         state = replace(state, phase=Phase.ROLLED_BACK, reason=reason)
     ctx.route(record, state, reason, clear_trips=True)
     if record.active:
@@ -213,8 +228,6 @@ def rollback(settings: Settings, run_key: str | None, *, cohort: str | None = No
         raise StepError(f"--cohort {cohort!r} is not a gateway cohort; cohorts are {list(ctx.cohorts)}")
     if not record.active:
         return {"status": f"nothing to roll back: the rollout is {record.phase}"}
-    from dataclasses import replace
-
     now = now_utc()
     state = replace(record.state(), excluded_cohorts=tuple(sorted({*record.excluded_cohorts, cohort})))
     routing = ctx.route(record, state, reason)
@@ -306,6 +319,8 @@ def retire(settings: Settings, version: int, run_key: str) -> dict[str, Any]:
     record = ctx.owned(run_key, version)
     if record.phase is not Phase.PROMOTED:
         raise Skipped(f"v{version} was not promoted ({record.phase}): nothing to retire")
+    if ctx.registry.alias_version(CHAMPION) != version:  # a human rolled back meanwhile: leave serving alone
+        raise Skipped(f"v{version} is no longer champion: nothing to retire")
     promoted = next(e for e in record.history if e.kind == "promoted")
     unload_after = promoted.detail["unload_after"]
     if now_utc().isoformat() < unload_after:

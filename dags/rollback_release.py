@@ -1,0 +1,54 @@
+"""Manual release control from the Airflow UI: roll back to a version, abort a rollout, or promote a paused one."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import DAG, Param
+
+from mlrelease_airflow.factory import step_operator
+from mlrelease_airflow.notifiers import WebhookAlertNotifier
+
+DOC = """
+### Rollback / release control
+
+Trigger this DAG from the UI with the form below; one task runs `mlrelease step manual-release`.
+
+- `rollback_to_version`: `target_version` is loaded, serves **all** traffic and becomes `champion`
+  (a running rollout is rolled back first).
+- `abort_rollout`: the running or paused rollout is rolled back: traffic to stable in one write, the
+  candidate unloaded, aliases restored.
+- `promote_paused`: a paused rollout's candidate is promoted by hand (e.g. after a cohort was rolled back).
+
+Traffic always moves first; the MLflow alias is the commit point. Every action is recorded on the model
+versions (tags) and in the rollout history (`mlrelease rollout status`).
+"""
+
+with DAG(
+    dag_id="rollback_release",
+    description="Manual rollback to a version, abort of the running rollout, or promotion of a paused one",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=DOC,
+    tags=["mlrelease", "release", "manual"],
+    default_args={"owner": "ml-platform", "retries": 0, "on_failure_callback": WebhookAlertNotifier()},
+    params={
+        "model": Param("parcel_eta", type="string", enum=["parcel_eta"], description="Registered model."),
+        "action": Param(
+            "rollback_to_version",
+            type="string",
+            enum=["rollback_to_version", "abort_rollout", "promote_paused"],
+            description="What to do.",
+        ),
+        "target_version": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description="For rollback_to_version: the model version to serve and make champion.",
+        ),
+        "reason": Param("manual rollback from the Airflow UI", type="string", minLength=3, description="Recorded."),
+    },
+) as dag:
+    step_operator("manual-release")
