@@ -53,6 +53,62 @@ def _detail(task: str, result: dict[str, Any]) -> str:
     return ""
 
 
+# The rollout tasks after the benchmark, in DAG order (skipped on a first release).
+ROLLOUT_ORDER = (
+    "shadow",
+    *(f"{kind}_{n}" for n in (1, 2, 3) for kind in ("rollout_stage", "analyze")),
+    "promote",
+    "retire",
+    "rollback",
+)
+
+
+def _rollout_detail(task: str, result: dict[str, Any]) -> str:
+    if task == "shadow":
+        return (
+            f"{result.get('disagreement_share', 0):.1%} of {result.get('rows')} replayed orders differ, "
+            f"KS p={result.get('ks_pvalue', float('nan')):.2g}, p95 ratio {result.get('p95_latency_ratio')}"
+        )
+    if task.startswith("rollout_stage"):
+        return (
+            f"stage {result.get('stage')} {result.get('stage_name')}: candidate share {result.get('candidate_percent')}"
+        )
+    if task.startswith("analyze"):
+        verdicts = ", ".join(f"{c} {v}" for c, v in (result.get("verdicts") or {}).items())
+        return f"{result.get('action')} ({verdicts})"
+    if task == "promote":
+        return f"v{result.get('model_version')} is champion (was v{result.get('previous_version')})"
+    return str(result.get("status", ""))
+
+
+def rollout_lines(settings: Settings, outcomes: dict[str, dict[str, Any]]) -> list[str]:
+    """The rollout part of the summary: each task's outcome, then the stored timeline with durations."""
+    if not any(task in outcomes for task in ROLLOUT_ORDER):
+        return []
+    lines = ["", "  rollout"]
+    for task in ROLLOUT_ORDER:
+        outcome = outcomes.get(task)
+        if outcome is None:
+            continue
+        if outcome["status"] == "success":
+            lines.append(f"  {task:<16} ok      {_rollout_detail(task, outcome['result'])}")
+        elif outcome["status"] == "skipped":
+            lines.append(f"  {task:<16} skipped {outcome.get('reason', '')}")
+        else:
+            lines.append(f"  {task:<16} FAILED  {outcome['error']}")
+    from mlrelease.registry import MODEL_NAME
+    from mlrelease.rollout.store import RolloutStore
+
+    record = RolloutStore.from_settings(settings, MODEL_NAME).read()
+    if record is not None and any(o.get("run_id") for o in outcomes.values()):
+        lines += ["", f"  timeline of v{record.candidate_version} (stable v{record.stable_version}): {record.phase}"]
+        for event in record.history:
+            offset = (event.at - record.started_at).total_seconds()
+            what = event.detail.get("reason") or event.detail.get("candidate_percent") or ""
+            lines.append(f"  +{offset:7.1f} s  {event.kind:<18} {what}")
+    return lines
+
+
 def load_outcomes(settings: Settings, end: datetime) -> dict[str, dict[str, Any]]:
     """Step outcomes of the latest DAG run for the interval ending at `end`, by task id.
 
@@ -73,12 +129,14 @@ def format_summary(settings: Settings, end: datetime) -> str:
     outcomes = load_outcomes(settings, end)
     run_dir = settings.artifacts_dir / run_key(end)
     lines = [f"nightly_release — data interval ending {end.isoformat()}", ""]
-    for task in [*TASK_ORDER, *sorted(set(outcomes) - set(TASK_ORDER))]:
+    for task in [*TASK_ORDER, *sorted(set(outcomes) - set(TASK_ORDER) - set(ROLLOUT_ORDER))]:
         outcome = outcomes.get(task)
         if outcome is None:
             lines.append(f"  {task:<16} not run")
         elif outcome["status"] == "success":
             lines.append(f"  {task:<16} ok      {_detail(task, outcome['result'])}")
+        elif outcome["status"] == "skipped":
+            lines.append(f"  {task:<16} skipped {outcome.get('reason', '')}")
         else:
             lines.append(f"  {task:<16} FAILED  {outcome['error']}")
     bench = outcomes.get("benchmark", {}).get("result", {})
@@ -90,9 +148,24 @@ def format_summary(settings: Settings, end: datetime) -> str:
                     f"  {name:<32} {lv['concurrency']:>11}  {lv['throughput']:>7.0f}  "
                     f"{lv['p50_us'] / 1000:>7.2f}  {lv['p99_us'] / 1000:>7.2f}"
                 )
+    lines += rollout_lines(settings, outcomes)
     complete = all(outcomes.get(task, {}).get("status") == "success" for task in TASK_ORDER)
-    lines += ["", f"result: {'ok' if complete else 'FAILED'}", f"artifacts: {run_dir}"]
+    lines += ["", f"result: {_verdict(outcomes) if complete else 'FAILED'}", f"artifacts: {run_dir}"]
     for name in ("data_quality/report.html", "freshness.prom"):
         if (run_dir / name).exists():
             lines.append(f"  {Path(run_dir / name)}")
     return "\n".join(lines)
+
+
+def _verdict(outcomes: dict[str, dict[str, Any]]) -> str:
+    """ok, plus what happened to the candidate: promoted, rolled back, paused, or no rollout (first release)."""
+    status = {task: outcomes.get(task, {}).get("status") for task in ROLLOUT_ORDER}
+    if status["promote"] == "success":
+        return "ok: candidate promoted"
+    if status["rollback"] == "success" or any(v == "failed" for v in status.values()):
+        return "FAILED: candidate rolled back"
+    if any(task.startswith("analyze") and v == "skipped" for task, v in status.items()):
+        return "ok: rollout paused for a human (see `mlrelease rollout status`)"
+    if status["shadow"] == "skipped":
+        return "ok: first release (or already champion), no rollout"
+    return "ok"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +149,9 @@ def _cmd_traffic(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
     pool = traffic.order_pool(settings.offline_dir, as_of, config.cohorts)
     mix = traffic.parse_mix(args.mix, config.cohorts.names)
     bodies = traffic.build_requests(pool, 5_000, mix, supply_features=args.supply_features, seed=args.seed)
+    stop = threading.Event()  # SIGINT / SIGTERM end the run early, and the report is still printed
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
     report = asyncio.run(
         traffic.send(
             args.url,
@@ -156,9 +161,32 @@ def _cmd_traffic(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
             duration_s=args.duration,
             concurrency=args.concurrency,
             header=config.auth.header,
+            stop=stop,
         )
     )
     return {"as_of": as_of.isoformat(), "pool_size": len(pool), **report.summary()}
+
+
+def _cmd_routing_init(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """Point stable at the MLflow champion when no rollout holds the routing (after a first release)."""
+    from mlrelease.gateway.routing_state import RoutingState
+    from mlrelease.registry import CHAMPION, Registry
+    from mlrelease.serving.endpoint import triton_url
+    from mlrelease.serving.triton_client import require_ready
+
+    config, store = _store(args, settings)
+    champion = Registry.from_settings(settings).alias_version(CHAMPION)
+    if champion is None:
+        raise StepError("no champion in the model registry yet: run the nightly release once")
+    current = store.read()
+    if current is not None and current.stable_version == champion:
+        return {"status": f"stable is already the champion v{champion}", "revision": current.revision}
+    if current is not None and current.candidate_version is not None:
+        raise StepError(f"a candidate (v{current.candidate_version}) is routed: finish or abort that rollout first")
+    require_ready(config.triton_url or triton_url(), config.model, [champion])
+    state = store.update(lambda _: RoutingState(model=config.model, stable_version=champion), by="routing init")
+    store.append_event({"type": "routing_init", "revision": state.revision, "stable_version": champion})
+    return {"status": f"stable is the champion v{champion}", "revision": state.revision}
 
 
 def add_commands(sub: Any) -> None:
@@ -193,6 +221,8 @@ def add_commands(sub: Any) -> None:
     rset.add_argument("--clear-trips", action="store_true", help="forget recorded guard trips")
     rset.add_argument("--skip-triton-check", action="store_true", help="do not require the versions to be ready")
     rset.set_defaults(handler=_cmd_routing_set, result_to_xcom=False)
+    init = routing.add_parser("init", parents=[common], help="make the MLflow champion stable (no rollout active)")
+    init.set_defaults(handler=_cmd_routing_init, result_to_xcom=False)
 
     tr = sub.add_parser("traffic", parents=[common], help="send realistic orders to a loopback gateway")
     tr.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}")

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# `make run`, after set-up: the nightly release of RUN_END on the embedded default, with real traffic.
+#
+# A first run on a fresh machine has no champion, so the night before (PREV_END) runs first and its
+# model becomes champion (bootstrap: nothing to roll out). Then the gateway serves the champion,
+# `mlrelease traffic` sends orders through it at TRAFFIC_RATE req/s, and tonight's run trains a
+# candidate and rolls it out stage by stage (demo durations) while that traffic flows.
+set -euo pipefail
+: "${RUN_END:?}" "${PREV_END:?}" "${MLRELEASE_HOME:?}"
+GATEWAY_PORT="${GATEWAY_PORT:-8080}"
+TRAFFIC_RATE="${TRAFFIC_RATE:-200}"
+LOGS="$MLRELEASE_HOME/logs"
+mkdir -p "$LOGS"
+
+dag_test() {  # dag_test END LOG: one nightly run, its finished tasks listed; returns its success
+  local rc=0
+  MLRELEASE_TASK_RETRIES=0 MLRELEASE_ROLLOUT_PROFILE=demo airflow dags test nightly_release "$1" > "$2" 2>&1 || rc=$?
+  grep -oE "\[DAG TEST\] end task task_id=[a-z_0-9]+|DagRun Finished: .*state=[a-z]+" "$2" \
+    | sed -E 's/\[DAG TEST\] end task task_id=/  finished /; s/DagRun Finished: .*(state=[a-z]+)/  run \1/' || true
+  grep -q "state=success" "$2" && [ "$rc" -eq 0 ]
+}
+
+has_champion() {
+  python - <<'PY'
+import sys
+from mlrelease.registry import CHAMPION, Registry
+from mlrelease.settings import Settings
+sys.exit(0 if Registry.from_settings(Settings.from_env()).alias_version(CHAMPION) else 1)
+PY
+}
+
+if ! has_champion; then
+  echo "==> first release: the night ending $PREV_END trains the first champion (log: $LOGS/make-run-bootstrap.log)"
+  dag_test "$PREV_END" "$LOGS/make-run-bootstrap.log" || { echo "bootstrap run failed"; mlrelease summary --end "$PREV_END"; exit 1; }
+fi
+mlrelease routing init > /dev/null
+if [ -n "${INJECT:-}" ]; then  # after the bootstrap night, so only tonight's window is corrupted
+  echo "==> injecting '$INJECT' into the run's window"
+  mlrelease data generate --start "$INJECT_START" --end "$DATE" --rows-per-day "$ROWS_PER_DAY" --inject "$INJECT" > /dev/null
+fi
+
+KEY_FILE="$MLRELEASE_HOME/gateway/make-run.key"
+if [ ! -s "$KEY_FILE" ]; then
+  mlrelease gateway-key add "make-run-$(date +%s)" | python -c 'import json,sys; print(json.load(sys.stdin)["api_key"])' > "$KEY_FILE"
+  chmod 600 "$KEY_FILE"
+fi
+
+echo "==> gateway on :$GATEWAY_PORT, traffic at $TRAFFIC_RATE req/s (logs: $LOGS/gateway.log, $LOGS/traffic.json)"
+mlrelease gateway --port "$GATEWAY_PORT" --as-of "$RUN_END" > "$LOGS/gateway.log" 2>&1 &
+GATEWAY_PID=$!
+TRAFFIC_PID=""
+cleanup() {
+  [ -n "$TRAFFIC_PID" ] && kill "$TRAFFIC_PID" 2> /dev/null || true
+  kill "$GATEWAY_PID" 2> /dev/null || true
+  wait 2> /dev/null || true
+}
+trap cleanup EXIT
+for _ in $(seq 1 120); do
+  python -c "import sys, urllib.request as u; u.urlopen('http://127.0.0.1:$GATEWAY_PORT/readyz', timeout=1)" \
+    > /dev/null 2>&1 && break
+  kill -0 "$GATEWAY_PID" 2> /dev/null || { tail -20 "$LOGS/gateway.log"; exit 1; }
+  sleep 0.5
+done
+MLRELEASE_API_KEY="$(cat "$KEY_FILE")" mlrelease traffic --url "http://127.0.0.1:$GATEWAY_PORT" \
+  --rate "$TRAFFIC_RATE" --duration 1800 --as-of "$RUN_END" > "$LOGS/traffic.json" 2>&1 &
+TRAFFIC_PID=$!
+sleep 5  # stable's own traffic first: the reference for cohorts a stage moves entirely
+
+echo "==> airflow dags test nightly_release $RUN_END  (full log: $LOGS/make-run.log)"
+rc=0
+dag_test "$RUN_END" "$LOGS/make-run.log" || rc=$?
+kill -INT "$TRAFFIC_PID" 2> /dev/null || true
+wait "$TRAFFIC_PID" 2> /dev/null || true
+TRAFFIC_PID=""
+echo
+mlrelease summary --end "$RUN_END"
+python - "$LOGS/traffic.json" <<'PY' || true
+import json, sys
+text = open(sys.argv[1]).read()
+start = text.find("{")
+report = json.loads(text[start:]) if start >= 0 else {}
+if report:
+    print(f"\ntraffic during the run: {report['sent']} requests at {report['achieved_rate']} req/s, "
+          f"{report['errors']} errors, p99 {report['latency_ms']['p99']} ms")
+PY
+exit "$rc"
