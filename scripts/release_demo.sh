@@ -27,7 +27,7 @@ from mlrelease.registry import CHAMPION, Registry
 from mlrelease.settings import Settings
 sys.exit(0 if Registry.from_settings(Settings.from_env()).alias_version(CHAMPION) else 1)
 PY
-}
+} 2> /dev/null
 
 if ! has_champion; then
   echo "==> first release: the night ending $PREV_END trains the first champion (log: $LOGS/make-run-bootstrap.log)"
@@ -44,6 +44,10 @@ if [ ! -s "$KEY_FILE" ]; then
   mlrelease gateway-key add "make-run-$(date +%s)" | python -c 'import json,sys; print(json.load(sys.stdin)["api_key"])' > "$KEY_FILE"
   chmod 600 "$KEY_FILE"
 fi
+
+# Orders of tonight's interval only reach the online store when the DAG materializes it; do that first
+# (an idempotent upsert the DAG's own materialize repeats), as intraday materialization would have it.
+mlrelease step materialize --start "$PREV_END" --end "$RUN_END" > /dev/null
 
 echo "==> gateway on :$GATEWAY_PORT, traffic at $TRAFFIC_RATE req/s (logs: $LOGS/gateway.log, $LOGS/traffic.json)"
 mlrelease gateway --port "$GATEWAY_PORT" --as-of "$RUN_END" > "$LOGS/gateway.log" 2>&1 &
@@ -81,6 +85,7 @@ start = text.find("{")
 report = json.loads(text[start:]) if start >= 0 else {}
 if report:
     print(f"\ntraffic during the run: {report['sent']} requests at {report['achieved_rate']} req/s, "
-          f"{report['errors']} errors, p99 {report['latency_ms']['p99']} ms")
+          f"p99 {report['latency_ms']['p99']} ms; answers by status {report['statuses']}")
+    print(f"  served by {report['served']}")
 PY
 exit "$rc"

@@ -162,6 +162,8 @@ def _verdict(outcomes: dict[str, dict[str, Any]]) -> str:
     status = {task: outcomes.get(task, {}).get("status") for task in ROLLOUT_ORDER}
     if status["promote"] == "success":
         return "ok: candidate promoted"
+    if status["shadow"] == "failed":
+        return "FAILED: the shadow gate refused the candidate (it never took real traffic)"
     if status["rollback"] == "success" or any(v == "failed" for v in status.values()):
         return "FAILED: candidate rolled back"
     if any(task.startswith("analyze") and v == "skipped" for task, v in status.items()):

@@ -28,7 +28,7 @@ def test_dagbag_has_no_import_errors():
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    assert "nightly_release" in bag.dag_ids
+    assert {"nightly_release", "rollback_release"} <= set(bag.dag_ids)
 
 
 def test_nightly_release_wiring_schedule_and_params():
@@ -63,9 +63,46 @@ def test_dag_file_keeps_heavy_libraries_out_of_module_level():
     code = (
         "import runpy, sys, json; sys.path.insert(0, sys.argv[1] + '/plugins');"
         "runpy.run_path(sys.argv[1] + '/dags/nightly_release.py');"
+        "runpy.run_path(sys.argv[1] + '/dags/rollback_release.py');"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, check=True, env=os.environ.copy()
     )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_rollout_wiring_waits_are_deferrable_and_a_failure_rolls_back():
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(REPO / "dags")).dags["nightly_release"]
+    chain = ["benchmark", "shadow"]
+    for n in (1, 2, 3):
+        chain += [f"rollout_stage_{n}", f"wait_{n}", f"analyze_{n}"]
+    chain += ["promote", "wait_retire", "retire"]
+    for upstream, downstream in zip(chain, chain[1:], strict=False):
+        assert dag.get_task(downstream).upstream_task_ids == {upstream}, downstream
+    for n in (1, 2, 3):
+        wait = dag.get_task(f"wait_{n}")
+        assert type(wait).__name__ == "DateTimeSensorAsync"  # no worker held while a stage runs
+        assert f"rollout_stage_{n}" in wait.target_time and "analyze_at" in wait.target_time
+        assert dag.get_task(f"rollout_stage_{n}").arguments[-4:] == ["--stage", str(n), "--wired-stages", "3"]
+        assert dag.get_task(f"analyze_{n}").on_skipped_callback  # a pause alerts too
+    rollback = dag.get_task("rollback")
+    assert rollback.trigger_rule == "one_failed" and set(chain[1:]) == rollback.upstream_task_ids
+    assert dag.get_task("release_complete").upstream_task_ids == {"retire", "rollback"}
+    params = dag.params
+    assert params["rollout_plan"] == "config/rollout_plan.yaml"
+    assert params.get_param("rollout_profile").schema["enum"] == ["production", "demo"]
+
+
+def test_rollback_release_dag_is_manual_with_a_typed_form():
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(dag_folder=str(REPO / "dags")).dags["rollback_release"]
+    assert dag.timetable.summary == "None" or dag.timetable.__class__.__name__ == "NullTimetable"
+    params = dag.params
+    assert params.get_param("action").schema["enum"] == ["rollback_to_version", "abort_rollout", "promote_paused"]
+    assert params.get_param("target_version").schema["type"] == ["null", "integer"]
+    (task,) = dag.tasks
+    assert task.arguments[:2] == ["--action", "{{ params.action }}"] and task.on_failure_callback

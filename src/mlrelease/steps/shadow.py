@@ -2,8 +2,10 @@
 
 The same rows go to both versions, so every difference is the model's: the share of rows whose ETA
 moves by more than `max_relative_diff`, a KS test of the two ETA distributions, and p95 latency of
-single-row calls, interleaved so both versions see the same server load. Any breach fails the gate with
-a report (also written under the run's artifacts and tagged on the MLflow version).
+single-row calls, interleaved so both versions see the same server load (with stable measured against
+itself too: on a busy machine that noise, up to 1.5x, widens the latency allowance, as in `benchmark`).
+Any breach fails the gate with a report (also written under the run's artifacts and tagged on the
+MLflow version).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.rollout.plan import ShadowSpec, load_plan
 from mlrelease.serving.endpoint import triton_url
+from mlrelease.serving.perf import MAX_NOISE_ALLOWANCE
 from mlrelease.serving.triton_client import TritonClient, require_ready
 from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic
@@ -51,29 +54,37 @@ def _eta(client: TritonClient, version: int, rows: np.ndarray) -> np.ndarray:
 
 
 def latency_ratio(client: TritonClient, versions: tuple[int, int], rows: np.ndarray, n: int) -> dict[str, Any]:
-    """Candidate/stable p95 of single-row calls, as the median over LATENCY_BLOCKS interleaved blocks.
+    """Candidate/stable p95 of single-row calls, and the same ratio for stable against itself (the noise).
 
-    Calls alternate between the versions (which goes first alternates too), so both see the same server
-    load; the median over blocks keeps one burst of someone else's load from deciding the verdict.
+    Three streams take turns call by call (candidate, stable, stable again; the order rotates), so they
+    share the server's load; per block of calls each stream's p95 is taken, and the medians over
+    LATENCY_BLOCKS blocks are reported. Stable against itself says how far two identical streams drift
+    apart on this machine under this load.
     """
     candidate, stable = versions
+    streams = ("candidate", "stable", "stable_again")
+    target = {"candidate": candidate, "stable": stable, "stable_again": stable}
     block = max(10, n // LATENCY_BLOCKS)
-    ratios: list[float] = []
-    p95: dict[int, list[float]] = {v: [] for v in versions}
+    p95: dict[str, list[float]] = {name: [] for name in streams}
     for b in range(LATENCY_BLOCKS):
-        seen: dict[int, list[float]] = {v: [] for v in versions}
+        seen: dict[str, list[float]] = {name: [] for name in streams}
         for i in range(block):
             k = (b * block + i) % len(rows)
-            for version in versions if i % 2 else versions[::-1]:
+            for j in range(3):
+                name = streams[(i + j) % 3]
                 started = time.perf_counter()
-                client.infer(MODEL_NAME, version, rows[k : k + 1], OUTPUTS)
-                seen[version].append(time.perf_counter() - started)
-        for v in versions:
-            p95[v].append(float(np.quantile(seen[v], 0.95)))
-        ratios.append(p95[candidate][-1] / p95[stable][-1])
+                client.infer(MODEL_NAME, target[name], rows[k : k + 1], OUTPUTS)
+                seen[name].append(time.perf_counter() - started)
+        for name in streams:
+            p95[name].append(float(np.quantile(seen[name], 0.95)))
+    ratio = np.median([c / s for c, s in zip(p95["candidate"], p95["stable"], strict=True)])
+    noise = np.median([max(a / b, b / a) for a, b in zip(p95["stable_again"], p95["stable"], strict=True)])
     return {
-        "p95_latency_ms": {str(v): round(float(np.median(p95[v])) * 1000, 3) for v in versions},
-        "p95_latency_ratio": round(float(np.median(ratios)), 3),
+        "p95_latency_ms": {
+            str(v): round(float(np.median(p95[name])) * 1000, 3) for name, v in target.items() if name != "stable_again"
+        },
+        "p95_latency_ratio": round(float(ratio), 3),
+        "p95_noise_ratio": round(float(noise), 3),
     }
 
 
@@ -110,8 +121,13 @@ def breaches(report: dict[str, Any], spec: ShadowSpec) -> list[str]:
             f"ETA distributions differ: KS {report['ks_statistic']:.3f}, p={report['ks_pvalue']:.2g} "
             f"< {spec.min_ks_pvalue}"
         )
-    if report["p95_latency_ratio"] > spec.max_p95_latency_ratio:
-        found.append(f"p95 latency ratio {report['p95_latency_ratio']:.2f} > {spec.max_p95_latency_ratio}")
+    # Measurement noise (stable against itself) may widen the allowance, never beyond MAX_NOISE_ALLOWANCE.
+    allowed = min(max(spec.max_p95_latency_ratio, report.get("p95_noise_ratio", 1.0)), MAX_NOISE_ALLOWANCE)
+    if report["p95_latency_ratio"] > allowed:
+        found.append(
+            f"p95 latency ratio {report['p95_latency_ratio']:.2f} > {allowed:.2f} (configured "
+            f"{spec.max_p95_latency_ratio}, stable against itself {report.get('p95_noise_ratio', 1.0):.2f})"
+        )
     return found
 
 
