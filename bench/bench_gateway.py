@@ -17,16 +17,15 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from datetime import date, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table  # noqa: E402
+from common import print_table, serving_home  # noqa: E402
 
 CONCURRENCY = (1, 4, 16)
 WINDOW = ("2026-11-28T02:00:00+00:00", "2026-11-29T02:00:00+00:00")
@@ -166,7 +165,6 @@ def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
     args = parser.parse_args()
 
     from mlrelease import devkit
-    from mlrelease.data.generate import generate
     from mlrelease.devkit import free_port
     from mlrelease.gateway.auth import add_client
     from mlrelease.gateway.config import load_config
@@ -177,14 +175,7 @@ def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
     from mlrelease.settings import Settings
     from mlrelease.timewindow import Window, parse_timestamp
 
-    with tempfile.TemporaryDirectory(prefix="mlrelease-bench-gateway-") as tmp:
-        home = Path(tmp)
-        os.environ["MLRELEASE_HOME"] = str(home)
-        os.environ.pop("MLRELEASE_TRITON_URL", None)
-        for name in ("HTTP", "GRPC", "METRICS"):
-            os.environ[f"MLRELEASE_TRITON_{name}_PORT"] = str(free_port())
-        os.chdir(home)
-        generate(home / "data" / "offline", date(2026, 11, 26), date(2026, 11, 29), rows_per_day=2000)
+    with serving_home("mlrelease-bench-gateway-") as home:
         settings = Settings.from_env()
         as_of: datetime = parse_timestamp(WINDOW[1], name="end")
         try:

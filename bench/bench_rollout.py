@@ -22,9 +22,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table  # noqa: E402
+from common import print_table, serving_home  # noqa: E402
 
 WINDOW = ("2026-11-28T02:00:00+00:00", "2026-11-29T02:00:00+00:00")
 FLAGGER_SECONDS = 600.0
@@ -108,7 +107,6 @@ def main() -> None:
     args = parser.parse_args()
 
     from mlrelease import devkit
-    from mlrelease.data.generate import generate
     from mlrelease.devkit import ERRORS, LOW_CONFIDENCE_LONG_TAIL, NAN_FEW_LONG_TAIL, free_port
     from mlrelease.gateway.auth import add_client
     from mlrelease.gateway.config import load_config
@@ -131,14 +129,7 @@ def main() -> None:
         ),
     ]
     results: dict[str, list[dict[str, float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="mlrelease-bench-rollout-") as tmp:
-        home = Path(tmp)
-        os.environ["MLRELEASE_HOME"] = str(home)
-        os.environ.pop("MLRELEASE_TRITON_URL", None)
-        for name in ("HTTP", "GRPC", "METRICS"):
-            os.environ[f"MLRELEASE_TRITON_{name}_PORT"] = str(free_port())
-        os.chdir(home)
-        generate(home / "data" / "offline", date(2026, 11, 26), date(2026, 11, 29), rows_per_day=2000)
+    with serving_home("mlrelease-bench-rollout-") as home:
         settings = Settings.from_env()
         try:
             triton_url = devkit.start_serving_world(settings, Window.parse(*WINDOW))

@@ -58,3 +58,23 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
 def base_env(**extra: str) -> dict[str, str]:
     """The environment benchmarks run commands in: this one plus the venv first on PATH."""
     return {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", **extra}
+
+
+@contextmanager
+def serving_home(prefix: str) -> Iterator[Path]:
+    """A throwaway MLRELEASE_HOME with 4 days of generated data and free Triton ports, as this process's env."""
+    import tempfile
+    from datetime import date
+
+    from mlrelease.data.generate import generate
+    from mlrelease.devkit import free_port
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        home = Path(tmp)
+        os.environ["MLRELEASE_HOME"] = str(home)
+        os.environ.pop("MLRELEASE_TRITON_URL", None)
+        for name in ("HTTP", "GRPC", "METRICS"):
+            os.environ[f"MLRELEASE_TRITON_{name}_PORT"] = str(free_port())
+        os.chdir(home)
+        generate(home / "data" / "offline", date(2026, 11, 26), date(2026, 11, 29), rows_per_day=2000)
+        yield home

@@ -129,3 +129,5 @@ def test_dynamic_baseline_follows_stables_own_history():
         rule, "long_tail", _window(low=210), _window(low=200), min_samples=100, stable_history=[0.20, 0.22, 0.18, 0.20]
     )
     assert result.verdict is Verdict.PASS
+    # A stable that was perfect (0 ± 0) never lowers the bar below the fixed number.
+    assert threshold(rule, [0.0, 0.0, 0.0])[0] == 0.10

@@ -90,10 +90,17 @@ def ks_pvalue(window: CohortWindow, reference: CohortWindow) -> float:
 
 
 def threshold(guardrail: Guardrail, stable_history: Sequence[float]) -> tuple[float, str]:
-    """The breach threshold and where it came from: fixed, or stable's own mean + 2σ over recent windows."""
+    """The breach threshold and where it came from: fixed, or raised to stable's own mean + 2σ.
+
+    A dynamic baseline only ever raises the fixed number: it exists for cohorts where stable itself sits
+    above the fixed threshold (which would fail every candidate). Lowering it to a stable that happened
+    to be perfect (0 ± 0) would fail any candidate for a single low-confidence answer.
+    """
     if guardrail.baseline == "stable_dynamic" and len(stable_history) >= MIN_HISTORY:
         mean, sigma = statistics.fmean(stable_history), statistics.pstdev(stable_history)
-        return mean + 2 * sigma, f"stable mean {mean:.4g} + 2σ ({sigma:.3g}) over {len(stable_history)} windows"
+        if mean + 2 * sigma > guardrail.max:
+            return mean + 2 * sigma, f"stable mean {mean:.4g} + 2σ ({sigma:.3g}) over {len(stable_history)} windows"
+        return guardrail.max, f"fixed (stable mean {mean:.4g} + 2σ below it)"
     return guardrail.max, "fixed"
 
 

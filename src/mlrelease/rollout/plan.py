@@ -27,8 +27,8 @@ class Guardrail(StrictModel):
     """One check of the candidate against stable on the same cohort and window.
 
     `max` is the breach threshold on the candidate's value (for the latency ratios the ratio to stable,
-    for `prediction_shift_ks` the KS statistic). With `baseline: stable_dynamic`, the threshold is instead
-    stable's own mean + 2σ over its recent windows, where a fixed number would misfire.
+    for `prediction_shift_ks` the KS statistic). With `baseline: stable_dynamic`, the threshold rises to
+    stable's own mean + 2σ over its recent windows when that is higher, where a fixed number would misfire.
     """
 
     metric: Metric
