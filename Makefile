@@ -83,6 +83,7 @@ bench: setup
 	python bench/bench_dag_parse.py
 	python bench/bench_serving.py
 	python bench/bench_gateway.py
+	python bench/bench_rollout.py
 
 clean:
 	rm -rf $(MLRELEASE_HOME)

@@ -116,7 +116,7 @@ with DAG(
         ),
     },
 ) as dag:
-    alert = WebhookAlertNotifier()
+    paused_alert = WebhookAlertNotifier(event="task_skipped")
     chain(
         step_operator("apply-features"),
         step_operator("materialize"),
@@ -139,7 +139,7 @@ with DAG(
             target_time=f"{{{{ ti.xcom_pull(task_ids='rollout_stage_{n}')['analyze_at'] }}}}",
         )
         analyze = step_operator(
-            "analyze", task_id=f"analyze_{n}", extra_args=("--stage", str(n)), on_skipped_callback=alert
+            "analyze", task_id=f"analyze_{n}", extra_args=("--stage", str(n)), on_skipped_callback=paused_alert
         )
         rollout += [stage, wait, analyze]
     wait_retire = DateTimeSensorAsync(
@@ -148,7 +148,14 @@ with DAG(
     rollout += [step_operator("promote"), wait_retire, step_operator("retire")]
     chain(dag.get_task("benchmark"), *rollout)
     # Any failed rollout task: traffic back to stable and the candidate cleaned up (a no-op when nothing moved).
-    rollback = step_operator("rollback", trigger_rule=TriggerRule.ONE_FAILED, retries=3)
+    rollback = step_operator(
+        "rollback",
+        trigger_rule=TriggerRule.ONE_FAILED,
+        retries=3,
+        on_success_callback=WebhookAlertNotifier(event="rolled_back"),
+    )
     rollout >> rollback
-    # The run's verdict: failed when the release did not complete (even though the rollback itself succeeded).
-    [rollout[-1], rollback] >> EmptyOperator(task_id="release_complete")
+    # The run's verdict (the only leaf): failed whenever any task failed, even though a rollback succeeded;
+    # green after a promotion, a first release or a pause (those end the rollout tasks as skipped).
+    # none_failed waits for both upstreams, where all_success would turn skipped at the first skipped one.
+    [rollout[-1], rollback] >> EmptyOperator(task_id="release_complete", trigger_rule=TriggerRule.NONE_FAILED)

@@ -27,7 +27,10 @@ def webhook_url(conn_id: str) -> str | None:
     return f"{scheme}://{conn.host}{port}{path}"
 
 
-def alert_payload(context: dict[str, Any], fmt: str) -> dict[str, Any]:
+VERBS = {"task_failed": "failed", "rolled_back": "rolled the candidate back", "task_skipped": "stopped for a human"}
+
+
+def alert_payload(context: dict[str, Any], fmt: str, event: str = "task_failed") -> dict[str, Any]:
     """The alert body: plain JSON fields, or Slack's `{"text": …, "blocks": …}` shape when fmt is `slack`."""
     ti = context.get("ti") or context.get("task_instance")
     dag_run = context.get("dag_run")
@@ -42,9 +45,9 @@ def alert_payload(context: dict[str, Any], fmt: str) -> dict[str, Any]:
         "log_url": getattr(ti, "log_url", None),
     }
     if fmt != "slack":
-        return {"event": "task_failed", **fields}
+        return {"event": event, **fields}
     text = (
-        f":rotating_light: *{fields['dag_id']}.{fields['task_id']}* failed "
+        f":rotating_light: *{fields['dag_id']}.{fields['task_id']}* {VERBS.get(event, event)} "
         f"(run `{fields['run_id']}`, try {fields['try_number']}): {fields['error']}"
     )
     if fields["log_url"]:
@@ -53,18 +56,26 @@ def alert_payload(context: dict[str, Any], fmt: str) -> dict[str, Any]:
 
 
 class WebhookAlertNotifier(BaseNotifier):
-    """POST a failure alert to a webhook taken from an Airflow connection or MLRELEASE_ALERT_WEBHOOK.
+    """POST an alert (failure, rollback, pause) to a webhook from an Airflow connection or MLRELEASE_ALERT_WEBHOOK.
 
     :param conn_id: Airflow connection holding the webhook URL.
     :param payload_format: ``json`` (default) or ``slack`` (incoming-webhook compatible). Falls back to
         MLRELEASE_ALERT_FORMAT when not given.
     :param timeout: seconds to wait for the receiver.
+    :param event: the alert's `event` field: task_failed (default), rolled_back, task_skipped.
     """
 
     template_fields = ("conn_id",)
 
-    def __init__(self, conn_id: str = DEFAULT_CONN_ID, payload_format: str | None = None, timeout: float = 10.0):
+    def __init__(
+        self,
+        conn_id: str = DEFAULT_CONN_ID,
+        payload_format: str | None = None,
+        timeout: float = 10.0,
+        event: str = "task_failed",
+    ):
         super().__init__()
+        self.event = event
         self.conn_id = conn_id
         self.payload_format = payload_format
         self.timeout = timeout
@@ -78,5 +89,5 @@ class WebhookAlertNotifier(BaseNotifier):
             self.log.warning("no alert webhook configured (connection %s or MLRELEASE_ALERT_WEBHOOK)", self.conn_id)
             return
         fmt = self.payload_format or os.environ.get("MLRELEASE_ALERT_FORMAT", "json")
-        response = requests.post(url, json=alert_payload(context, fmt), timeout=self.timeout)
+        response = requests.post(url, json=alert_payload(context, fmt, self.event), timeout=self.timeout)
         response.raise_for_status()

@@ -47,3 +47,15 @@ def test_a_gate_verdict_fails_without_retry(home_with_data):
     # Nothing was materialized: a verdict (exit 3), which retrying cannot change.
     with pytest.raises(AirflowFailException, match="stale features .* never materialized"):
         op.execute({"data_interval_end": END})
+
+
+def test_nothing_to_do_ends_the_task_skipped(home_with_data):
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    op = LocalStepOperator(task_id="shadow", pod=STEPS["shadow"])
+    # No champion in an empty registry: a first release has nothing to compare with (exit 4).
+    op.arguments = ["--model-version", "1", "--end", "2026-11-29T02:00:00+00:00", "--plan", ""]
+    with pytest.raises(AirflowSkipException, match="shadow: skipped: v1 is the champion already"):
+        op.execute({"data_interval_end": END, "run_id": "manual__1"})
+    recorded = json.loads((home_with_data / "artifacts/20261129T020000Z/steps/shadow.json").read_text())
+    assert recorded["status"] == "skipped" and "nothing to shadow" in recorded["reason"]

@@ -257,6 +257,8 @@ def test_bootstrap_has_nothing_to_roll_out(fresh):
         Release(fresh, GOOD).stage(0)
     with pytest.raises(Skipped, match="champion already"):
         shadow(fresh.settings, GOOD, parse_timestamp(WINDOW_END, name="end"))
+    with pytest.raises(Skipped, match="nothing to roll back"):  # the DAG's rollback after an earlier failure
+        steps.rollback(fresh.settings, run_key(parse_timestamp(WINDOW_END, name="end")), reason="train failed")
 
 
 def test_promotion_refuses_an_unchecked_candidate(fresh):

@@ -219,15 +219,15 @@ def rollback(settings: Settings, run_key: str | None, *, cohort: str | None = No
     ctx = RolloutContext.open(settings)
     record = ctx.store.read()
     if record is None or (run_key is not None and record.run_key != run_key):
-        return {"status": "nothing to roll back: this run has no rollout"}
+        raise Skipped("nothing to roll back: no rollout of this run moved any traffic")
     if record.phase is Phase.PROMOTED:
-        return {"status": f"nothing to roll back: v{record.candidate_version} was promoted (use --to-version)"}
+        raise Skipped(f"nothing to roll back: v{record.candidate_version} was promoted (use --to-version)")
     if cohort is None:
         return {"status": "rolled back", **rollback_all(ctx, record, reason)}
     if cohort not in ctx.cohorts:
         raise StepError(f"--cohort {cohort!r} is not a gateway cohort; cohorts are {list(ctx.cohorts)}")
     if not record.active:
-        return {"status": f"nothing to roll back: the rollout is {record.phase}"}
+        raise Skipped(f"nothing to roll back: the rollout is {record.phase}")
     now = now_utc()
     state = replace(record.state(), excluded_cohorts=tuple(sorted({*record.excluded_cohorts, cohort})))
     routing = ctx.route(record, state, reason)
