@@ -96,7 +96,7 @@ with DAG(
             0.90, type="number", exclusiveMinimum=0, maximum=1, description="Smallest accepted throughput ratio."
         ),
         "rollout_profile": Param(
-            os.environ.get("MLRELEASE_ROLLOUT_PROFILE", "production"),
+            "production",
             type="string",
             enum=["production", "demo"],
             description="Stage durations: production (hours) or demo (seconds).",

@@ -10,11 +10,15 @@ set -euo pipefail
 GATEWAY_PORT="${GATEWAY_PORT:-8080}"
 TRAFFIC_RATE="${TRAFFIC_RATE:-200}"
 LOGS="$MLRELEASE_HOME/logs"
+# The run's params, as the UI trigger form would send them: demo stage durations (seconds, not hours),
+# and perf gates that allow for this machine, where perf_analyzer, Triton and the gateway share 2 cores
+# (the same model measured against itself varies ~1.2-1.5x in p99 here; a GPU node keeps 1.10 / 0.90).
+DEMO_CONF='{"rollout_profile": "demo", "max_p99_ratio": 1.5, "min_throughput_ratio": 0.67}'
 mkdir -p "$LOGS"
 
 dag_test() {  # dag_test END LOG: one nightly run, its finished tasks listed; returns its success
   local rc=0
-  MLRELEASE_TASK_RETRIES=0 MLRELEASE_ROLLOUT_PROFILE=demo airflow dags test nightly_release "$1" > "$2" 2>&1 || rc=$?
+  MLRELEASE_TASK_RETRIES=0 airflow dags test nightly_release "$1" -c "$DEMO_CONF" > "$2" 2>&1 || rc=$?
   grep -oE "\[DAG TEST\] end task task_id=[a-z_0-9]+|DagRun Finished: .*state=[a-z]+" "$2" \
     | sed -E 's/\[DAG TEST\] end task task_id=/  finished /; s/DagRun Finished: .*(state=[a-z]+)/  run \1/' || true
   grep -q "state=success" "$2" && [ "$rc" -eq 0 ]
