@@ -26,7 +26,15 @@ SAMPLE_CONTEXT: dict[str, Any] = {
         "mae_tolerance": 0.05,
         "max_p99_ratio": 1.1,
         "min_throughput_ratio": 0.9,
+        "rollout_profile": "production",
+        "rollout_plan": "config/rollout_plan.yaml",
+        # rollback_release's form
+        "model": "parcel_eta",
+        "action": "rollback_to_version",
+        "target_version": 6,
+        "reason": "manual rollback from the Airflow UI",
     },
+    "run_id": "scheduled__2026-11-29T02:00:00+00:00",
     # What `train` pushes to XCom, for the steps that take the model version from it.
     "ti": SimpleNamespace(xcom_pull=lambda task_ids: {"model_version": 7}),
 }

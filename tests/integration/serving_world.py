@@ -73,6 +73,7 @@ def serving_world(root: Path, offline: Path, mp: pytest.MonkeyPatch) -> Iterator
     mp.setenv("MLRELEASE_HOME", str(home))
     mp.setenv("MLRELEASE_XCOM_PATH", str(home / "xcom.json"))
     mp.delenv("MLRELEASE_TRITON_URL", raising=False)
+    mp.delenv("MLFLOW_TRACKING_URI", raising=False)  # mlflow.set_tracking_uri in an earlier test exports it
     for name in ("HTTP", "GRPC", "METRICS"):
         mp.setenv(f"MLRELEASE_TRITON_{name}_PORT", str(free_port()))
     mp.chdir(home)

@@ -204,7 +204,7 @@ def test_clearing_a_trip_puts_the_candidate_back(world, gateway, pool, api):
 
 def test_rule_fallback_when_no_version_answers(world, gateway, pool, api):
     url, _ = gateway
-    _route(world, gateway, "--stable", "9", "--candidate", "0", "--clear-trips", "--skip-triton-check")
+    _route(world, gateway, "--stable", "99", "--candidate", "0", "--clear-trips", "--skip-triton-check")
     row = pool.iloc[3]
     answer = api.post(f"{url}/v1/predict", json=_body(row)).json()
     assert answer["source"] == "fallback_rule" and answer["model_version"] is None
