@@ -300,6 +300,7 @@ def test_nan_on_a_few_percent_of_the_long_tail_rolls_back_that_cohort_only(fresh
     release = Release(fresh, NAN_FEW_LONG_TAIL)
     outcome, report = _traffic_then(fresh, gateway, bodies, lambda: [release.wait_and_analyze(n) for n in range(2)])
     assert report.errors == 0, report.summary()
+    assert isinstance(outcome, list), outcome
     first, second = outcome
     assert first["action"] == "advance" and first["verdicts"]["high_value"] == "pass"
     assert second["action"] == "rollback_cohort" and second["cohorts"] == ["long_tail"], second
@@ -320,6 +321,7 @@ def test_low_confidence_on_the_long_tail_is_caught_at_its_stage_and_diagnosed(fr
     release = Release(fresh, LOW_CONFIDENCE_LONG_TAIL)
     outcome, report = _traffic_then(fresh, gateway, bodies, lambda: [release.wait_and_analyze(n) for n in range(2)])
     assert report.errors == 0, report.summary()
+    assert isinstance(outcome, list), outcome
     first, second = outcome
     assert first["action"] == "advance"
     breach = [r for r in second["results"] if r["verdict"] == "fail"]
