@@ -131,3 +131,13 @@ def test_dynamic_baseline_follows_stables_own_history():
     assert result.verdict is Verdict.PASS
     # A stable that was perfect (0 ± 0) never lowers the bar below the fixed number.
     assert threshold(rule, [0.0, 0.0, 0.0])[0] == 0.10
+
+
+def test_stables_own_latency_spread_widens_a_latency_threshold_only():
+    rule = Guardrail(metric="p99_latency_ratio", max=1.2)
+    noisy = evaluate(rule, "core", _window(p99=0.03), _window(p99=0.01), min_samples=100, noise=3.5)
+    assert noisy.verdict is Verdict.PASS and noisy.threshold == 3.5 and "stable's own spread" in noisy.reason
+    quiet = evaluate(rule, "core", _window(p99=0.03), _window(p99=0.01), min_samples=100, noise=1.1)
+    assert quiet.verdict is Verdict.FAIL and quiet.threshold == 1.2
+    rate = Guardrail(metric="error_rate", max=0.001)
+    assert evaluate(rate, "core", _window(errors=5), _window(), min_samples=100, noise=9).threshold == 0.001

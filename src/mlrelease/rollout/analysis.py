@@ -89,6 +89,7 @@ def analyze_stage(
     length = max(now - opened_at, timedelta(seconds=1))
     lookback_start = opened_at - LOOKBACK_WINDOWS * length
     current = source.windows(opened_at, now)
+    noise = _latency_noise(source, opened_at, now, stable, stage.min_samples)
     extended = source.windows(lookback_start, now)
     earlier = [source.windows(opened_at - (k + 1) * length, opened_at - k * length) for k in range(LOOKBACK_WINDOWS)]
     results: list[GuardrailResult] = []
@@ -111,14 +112,45 @@ def analyze_stage(
                 and (cohort, stable) in w
                 and w[(cohort, stable)].requests >= stage.min_samples
             ]
-            against = latency_reference if guardrail.metric in LATENCY else reference
+            latency = guardrail.metric in LATENCY
             results.append(
-                evaluate(guardrail, cohort, mine, against, min_samples=stage.min_samples, stable_history=history)
+                evaluate(
+                    guardrail,
+                    cohort,
+                    mine,
+                    latency_reference if latency else reference,
+                    min_samples=stage.min_samples,
+                    stable_history=history,
+                    noise=noise.get(guardrail.metric, 1.0) if latency else 1.0,
+                )
             )
     if tripped is not None:
         results.extend(_fast_guard(cohorts, current, candidate, tripped))
     verdicts = {c: worst(r.verdict for r in results if r.cohort == c) for c in cohorts}
     return StageAnalysis(verdicts, tuple(results), samples)
+
+
+def _latency_noise(
+    source: MetricsSource, opened_at: datetime, now: datetime, stable: int, min_samples: int
+) -> dict[str, float]:
+    """Stable against itself: the p50 and p99 ratios between the two halves of the window (A/A spread).
+
+    With a few hundred calls per window a p99 is set by a handful of calls, and on a shared machine one
+    burst of load moves it 2-3x; a candidate's ratio inside that spread says nothing about the candidate.
+    """
+    half = opened_at + (now - opened_at) / 2
+    first = source.windows(opened_at, half).get(("*", stable), EMPTY)
+    second = source.windows(half, now).get(("*", stable), EMPTY)
+    if min(first.requests, second.requests) < min_samples:
+        return {}
+    spread = {}
+    for metric, a, b in (
+        ("p50_latency_ratio", first.p50_latency_s, second.p50_latency_s),
+        ("p99_latency_ratio", first.p99_latency_s, second.p99_latency_s),
+    ):
+        if a > 0 and b > 0:
+            spread[metric] = max(a / b, b / a)
+    return spread
 
 
 def _fast_guard(

@@ -112,9 +112,16 @@ def evaluate(
     *,
     min_samples: int,
     stable_history: Sequence[float] = (),
+    noise: float = 1.0,
 ) -> GuardrailResult:
-    """Judge one guardrail on one cohort: inconclusive below `min_samples`, fail above the threshold."""
+    """Judge one guardrail on one cohort: inconclusive below `min_samples`, fail above the threshold.
+
+    `noise` (latency ratios only) is how far stable drifts from itself within the window; a ratio
+    inside it is not the candidate's doing, so it widens the threshold.
+    """
     limit, source = threshold(guardrail, stable_history)
+    if guardrail.metric in LATENCY and noise > limit:
+        limit, source = noise, f"widened to stable's own spread in this window (configured {guardrail.max:g})"
     compares = guardrail.metric in COMPARISONS
     short = candidate.requests < min_samples or (compares and stable.requests < min_samples)
     if short:
