@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -81,26 +82,26 @@ def _rollout_detail(task: str, result: dict[str, Any]) -> str:
     return str(result.get("status", ""))
 
 
-def rollout_lines(settings: Settings, outcomes: dict[str, dict[str, Any]]) -> list[str]:
+def _outcome_line(task: str, outcome: dict[str, Any], detail: Callable[[str, dict[str, Any]], str]) -> str:
+    """One summary line: ok with the step's detail, skipped with why, or FAILED with the error."""
+    if outcome["status"] == "success":
+        return f"  {task:<16} ok      {detail(task, outcome['result'])}"
+    if outcome["status"] == "skipped":
+        return f"  {task:<16} skipped {outcome.get('reason', '')}"
+    return f"  {task:<16} FAILED  {outcome['error']}"
+
+
+def rollout_lines(settings: Settings, end: datetime, outcomes: dict[str, dict[str, Any]]) -> list[str]:
     """The rollout part of the summary: each task's outcome, then the stored timeline with durations."""
     if not any(task in outcomes for task in ROLLOUT_ORDER):
         return []
     lines = ["", "  rollout"]
-    for task in ROLLOUT_ORDER:
-        outcome = outcomes.get(task)
-        if outcome is None:
-            continue
-        if outcome["status"] == "success":
-            lines.append(f"  {task:<16} ok      {_rollout_detail(task, outcome['result'])}")
-        elif outcome["status"] == "skipped":
-            lines.append(f"  {task:<16} skipped {outcome.get('reason', '')}")
-        else:
-            lines.append(f"  {task:<16} FAILED  {outcome['error']}")
+    lines += [_outcome_line(task, outcomes[task], _rollout_detail) for task in ROLLOUT_ORDER if task in outcomes]
     from mlrelease.registry import MODEL_NAME
     from mlrelease.rollout.store import RolloutStore
 
     record = RolloutStore.from_settings(settings, MODEL_NAME).read()
-    if record is not None and any(o.get("run_id") for o in outcomes.values()):
+    if record is not None and record.run_key == run_key(end):  # the current record may be another night's
         lines += ["", f"  timeline of v{record.candidate_version} (stable v{record.stable_version}): {record.phase}"]
         for event in record.history:
             offset = (event.at - record.started_at).total_seconds()
@@ -131,14 +132,7 @@ def format_summary(settings: Settings, end: datetime) -> str:
     lines = [f"nightly_release — data interval ending {end.isoformat()}", ""]
     for task in [*TASK_ORDER, *sorted(set(outcomes) - set(TASK_ORDER) - set(ROLLOUT_ORDER))]:
         outcome = outcomes.get(task)
-        if outcome is None:
-            lines.append(f"  {task:<16} not run")
-        elif outcome["status"] == "success":
-            lines.append(f"  {task:<16} ok      {_detail(task, outcome['result'])}")
-        elif outcome["status"] == "skipped":
-            lines.append(f"  {task:<16} skipped {outcome.get('reason', '')}")
-        else:
-            lines.append(f"  {task:<16} FAILED  {outcome['error']}")
+        lines.append(f"  {task:<16} not run" if outcome is None else _outcome_line(task, outcome, _detail))
     bench = outcomes.get("benchmark", {}).get("result", {})
     if bench.get("levels"):
         lines += ["", "  perf_analyzer (median of rounds)  concurrency  infer/s   p50 ms   p99 ms"]
@@ -148,7 +142,7 @@ def format_summary(settings: Settings, end: datetime) -> str:
                     f"  {name:<32} {lv['concurrency']:>11}  {lv['throughput']:>7.0f}  "
                     f"{lv['p50_us'] / 1000:>7.2f}  {lv['p99_us'] / 1000:>7.2f}"
                 )
-    lines += rollout_lines(settings, outcomes)
+    lines += rollout_lines(settings, end, outcomes)
     complete = all(outcomes.get(task, {}).get("status") == "success" for task in TASK_ORDER)
     lines += ["", f"result: {_verdict(outcomes) if complete else 'FAILED'}", f"artifacts: {run_dir}"]
     for name in ("data_quality/report.html", "freshness.prom"):

@@ -157,18 +157,16 @@ def _fast_guard(
     cohorts: tuple[str, ...], current: dict[tuple[str, int], CohortWindow], candidate: int, tripped: str
 ) -> list[GuardrailResult]:
     """The gateway's trip as a verdict: the cohorts whose calls failed, or every open cohort if none did here."""
-    failing = {c for c in cohorts if (w := current.get((c, candidate))) and (w.errors + w.nan) > 0}
-    return [
-        GuardrailResult(
-            cohort,
-            "fast_guard",
-            Verdict.FAIL if (cohort in failing or not failing) else Verdict.PASS,
-            float(current.get((cohort, candidate), EMPTY).errors + current.get((cohort, candidate), EMPTY).nan),
-            None,
-            0.0,
-            f"{cohort} fast_guard: the gateway took v{candidate} out of service ({tripped})"
-            if (cohort in failing or not failing)
-            else f"{cohort} fast_guard: no failed calls on this cohort",
+    failed = {c: current.get((c, candidate), EMPTY).errors + current.get((c, candidate), EMPTY).nan for c in cohorts}
+    blame_all = not any(failed.values())
+    results = []
+    for cohort, count in failed.items():
+        hit = blame_all or count > 0
+        reason = (
+            f"the gateway took v{candidate} out of service ({tripped})" if hit else "no failed calls on this cohort"
         )
-        for cohort in cohorts
-    ]
+        verdict = Verdict.FAIL if hit else Verdict.PASS
+        results.append(
+            GuardrailResult(cohort, "fast_guard", verdict, float(count), None, 0.0, f"{cohort} fast_guard: {reason}")
+        )
+    return results
