@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, serving_home  # noqa: E402
+from common import bench_gateway_config, print_table, serving_home  # noqa: E402
 
 CONCURRENCY = (1, 4, 16)
 WINDOW = ("2026-11-28T02:00:00+00:00", "2026-11-29T02:00:00+00:00")
@@ -166,7 +166,6 @@ def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
 
     from mlrelease import devkit
     from mlrelease.devkit import free_port
-    from mlrelease.gateway.auth import add_client
     from mlrelease.gateway.config import load_config
     from mlrelease.gateway.routing_store import open_routing_store
     from mlrelease.gateway.traffic import build_requests, order_pool
@@ -180,14 +179,8 @@ def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
         as_of: datetime = parse_timestamp(WINDOW[1], name="end")
         try:
             triton_url = devkit.start_serving_world(settings, Window.parse(*WINDOW))
-            key = add_client(home / "keys.yaml", "bench")
-            state_url = f"file://{home / 'routing.json'}"
-            config = devkit.write_gateway_config(
-                home / "gateway.yaml",
-                replay_as_of=WINDOW[1],
-                triton_url=triton_url,
-                routing={"state_url": state_url},
-                auth={"keys_file": str(home / "keys.yaml"), "default_rate": {"per_second": 100_000, "burst": 100_000}},
+            config, key, state_url = bench_gateway_config(
+                home, triton_url, WINDOW[1], default_rate={"per_second": 100_000, "burst": 100_000}
             )
             store = open_routing_store(state_url, "parcel_eta")
             set_routing(store, stable_version=1)

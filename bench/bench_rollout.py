@@ -31,7 +31,7 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import print_table, serving_home  # noqa: E402
+from common import bench_gateway_config, print_table, serving_home  # noqa: E402
 
 WINDOW = ("2026-11-28T02:00:00+00:00", "2026-11-29T02:00:00+00:00")
 FLAGGER_SECONDS = 600.0
@@ -108,13 +108,13 @@ def main() -> None:
 
     from mlrelease import devkit
     from mlrelease.devkit import ERRORS, LOW_CONFIDENCE_LONG_TAIL, NAN_FEW_LONG_TAIL, free_port
-    from mlrelease.gateway.auth import add_client
     from mlrelease.gateway.config import load_config
     from mlrelease.gateway.routing_store import open_routing_store
     from mlrelease.gateway.traffic import build_requests, order_pool
     from mlrelease.registry import MODEL_NAME, Registry
     from mlrelease.rollout.context import RolloutContext
     from mlrelease.serving import local_triton
+    from mlrelease.serving.triton_repo import versions_present
     from mlrelease.settings import Settings
     from mlrelease.timewindow import Window, parse_timestamp
 
@@ -133,20 +133,12 @@ def main() -> None:
         settings = Settings.from_env()
         try:
             triton_url = devkit.start_serving_world(settings, Window.parse(*WINDOW))
-            key = add_client(home / "keys.yaml", "bench")
-            state_url = f"file://{home / 'routing.json'}"
-            config = devkit.write_gateway_config(
-                home / "gateway.yaml",
-                replay_as_of=WINDOW[1],
-                triton_url=triton_url,
-                routing={"state_url": state_url},
-                auth={"keys_file": str(home / "keys.yaml")},
-            )
+            config, key, state_url = bench_gateway_config(home, triton_url, WINDOW[1])
             os.environ["MLRELEASE_GATEWAY_CONFIG"] = str(config)
             registry = Registry.from_settings(settings)
             client = registry.client()
             client.create_registered_model(MODEL_NAME)
-            for _ in range(9):
+            for _ in versions_present(home / "model_repository", MODEL_NAME):  # MLflow numbers them 1, 2, …
                 client.create_model_version(MODEL_NAME, source=str(home), run_id=None)
             ctx = RolloutContext.open(settings)
             world = {

@@ -78,3 +78,23 @@ def serving_home(prefix: str) -> Iterator[Path]:
         os.chdir(home)
         generate(home / "data" / "offline", date(2026, 11, 26), date(2026, 11, 29), rows_per_day=2000)
         yield home
+
+
+def bench_gateway_config(home: Path, triton_url: str, window_end: str, **auth: object) -> tuple[Path, str, str]:
+    """A gateway config for a benchmark world: replaying at `window_end`, file routing state, one API client.
+
+    Returns the config path, the client's API key and the routing-state URL; `auth` adds to the auth section.
+    """
+    from mlrelease import devkit
+    from mlrelease.gateway.auth import add_client
+
+    key = add_client(home / "keys.yaml", "bench")
+    state_url = f"file://{home / 'routing.json'}"
+    config = devkit.write_gateway_config(
+        home / "gateway.yaml",
+        replay_as_of=window_end,
+        triton_url=triton_url,
+        routing={"state_url": state_url},
+        auth={"keys_file": str(home / "keys.yaml"), **auth},
+    )
+    return config, key, state_url
