@@ -1,0 +1,26 @@
+"""Where a run's release report lives and the link that alerts and the Airflow UI give to it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mlrelease.settings import Settings
+
+REPORT_FOLDER = "report"
+REPORT_PAGE = "index.html"
+# Where the report is served from (the Airflow API server's plugin app, an object store's website, …).
+BASE_URL_ENV = "MLRELEASE_REPORT_BASE_URL"
+
+
+def report_dir(settings: Settings, key: str) -> Path:
+    """The folder holding run `key`'s report page and its PNGs: `$MLRELEASE_HOME/artifacts/<key>/report`."""
+    return settings.artifacts_dir / key / REPORT_FOLDER
+
+
+def report_url(settings: Settings, key: str, base_url: str | None = None) -> str:
+    """The link to run `key`'s report: under MLRELEASE_REPORT_BASE_URL when set, else a file:// URL."""
+    base = base_url if base_url is not None else os.environ.get(BASE_URL_ENV, "")
+    if base:
+        return f"{base.rstrip('/')}/{key}/{REPORT_PAGE}"
+    return (report_dir(settings, key) / REPORT_PAGE).as_uri()
