@@ -51,6 +51,13 @@ $(TRITON_VENV)/.installed: requirements-triton.lock
 	uv pip sync -q --python $(TRITON_VENV)/bin/python requirements-triton.lock
 	@touch $@
 
+# Test-only schema validators from the npm registry (Gateway API objects, generated from the upstream CRDs).
+NODE_TOOLS := $(CURDIR)/tests/tools/node_modules/.installed
+$(NODE_TOOLS): tests/tools/package.json tests/tools/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "the tests need Node.js and npm: apt-get install nodejs npm"; exit 1; }
+	npm ci --silent --no-audit --no-fund --prefix tests/tools
+	@touch $@
+
 $(AIRFLOW_HOME)/airflow.db: $(VENV)/.installed
 	@mkdir -p $(AIRFLOW_HOME)
 	airflow db migrate > $(AIRFLOW_HOME)/db-migrate.log 2>&1 || { tail -20 $(AIRFLOW_HOME)/db-migrate.log; exit 1; }
@@ -67,11 +74,11 @@ run: setup
 		INJECT=$(INJECT) INJECT_START=$$(date -u -d "$(DATE) -1 days" +%F) DATE=$(DATE) ROWS_PER_DAY=$(ROWS_PER_DAY) \
 		scripts/release_demo.sh
 
-test: setup lint
+test: setup $(NODE_TOOLS) lint
 	python3 -c "import shutil,sys; sys.exit(0 if shutil.which('redis-server') else 'redis-server is required for the tests: apt-get install redis-server')"
 	pytest tests
 
-test-fast: setup
+test-fast: setup $(NODE_TOOLS)
 	pytest -m "not e2e" tests
 
 lint: setup

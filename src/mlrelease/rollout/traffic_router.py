@@ -1,7 +1,7 @@
 """`TrafficRouter`: how the rollout moves traffic. One Protocol; one implementation per file; a factory.
 
 The built-in implementation writes the gateway's routing document (`gateway_router.py`). A cluster that
-already runs a Gateway API controller can route with an HTTPRoute instead (a later implementation).
+already runs a Gateway API controller can route with an HTTPRoute instead (`httproute_router.py`).
 """
 
 from __future__ import annotations
@@ -37,14 +37,28 @@ class TrafficRouter(Protocol):
         """Replace the routing in one atomic write (after checking every routed version is served)."""
 
 
-ROUTERS = ("gateway",)
+ROUTERS = ("gateway", "httproute")
 
 
 def open_traffic_router(settings: Settings, model: str) -> TrafficRouter:
-    """The router named by MLRELEASE_TRAFFIC_ROUTER (default `gateway`: the built-in routing state)."""
+    """The router named by MLRELEASE_TRAFFIC_ROUTER: `gateway` (default, the built-in routing state) or `httproute`."""
     kind = os.environ.get("MLRELEASE_TRAFFIC_ROUTER", "gateway")
     if kind == "gateway":
         from mlrelease.rollout.gateway_router import GatewayTrafficRouter
 
         return GatewayTrafficRouter.from_settings(settings, model)
+    if kind == "httproute":
+        from mlrelease.gateway.config import load_config
+        from mlrelease.rollout.httproute_router import HTTPRouteTrafficRouter
+
+        router = HTTPRouteTrafficRouter.from_config()
+        if router.config.model != model:
+            raise StepError(f"HTTPRoute config serves model {router.config.model!r}, the rollout is of {model!r}")
+        # A cohort without its own rule would silently follow the "*" share.
+        cohorts = load_config().cohorts.names
+        if set(router.config.cohorts) != set(cohorts):
+            raise StepError(
+                f"HTTPRoute config cohorts {sorted(router.config.cohorts)} differ from the gateway's {sorted(cohorts)}"
+            )
+        return router
     raise StepError(f"MLRELEASE_TRAFFIC_ROUTER must be one of {', '.join(ROUTERS)}; got {kind!r}")

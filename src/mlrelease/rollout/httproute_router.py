@@ -1,0 +1,129 @@
+"""The Gateway API TrafficRouter: the rollout drives an HTTPRoute instead of the gateway's routing state."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mlrelease.errors import StepError
+from mlrelease.rollout.httproute import (
+    ANNOTATION_REASON,
+    ANNOTATION_ROUTING,
+    HTTPRouteConfig,
+    load_httproute_config,
+    parent_ref,
+    route_rules,
+    routing_annotation,
+    routing_from_route,
+)
+from mlrelease.rollout.httproute_api import KubernetesRouteApi, RouteApi
+from mlrelease.rollout.traffic_router import Routing
+from mlrelease.serving.triton_client import require_ready
+
+ReadyCheck = Callable[[list[int]], None]
+
+
+class HTTPRouteTrafficRouter:
+    """Applies routing as one merge patch of one HTTPRoute, conditional on the resourceVersion it read.
+
+    There is no fast guard on this path (the mesh's outlier detection plays that part), so `tripped`
+    is always empty and `clear_trips` has nothing to clear.
+
+    :param config: which route, which backend, which cohorts.
+    :param api: the Kubernetes calls (get, patch).
+    :param ready_check: refuses (StepError) unless every listed version is ready on Triton.
+    :param poll_s: how often to look for the controller's verdict on a change.
+    """
+
+    def __init__(self, config: HTTPRouteConfig, api: RouteApi, ready_check: ReadyCheck, *, poll_s: float = 0.5) -> None:
+        self.config, self.api, self.ready_check, self.poll_s = config, api, ready_check, poll_s
+        self.location = f"httproute://{config.namespace}/{config.name}"
+
+    @classmethod
+    def from_config(cls, config: HTTPRouteConfig | None = None) -> HTTPRouteTrafficRouter:
+        """The route of config/httproute.yaml (or MLRELEASE_HTTPROUTE_CONFIG) over the cluster's API."""
+        config = config or load_httproute_config()
+
+        def ready(versions: list[int]) -> None:
+            require_ready(config.triton_url, config.model, versions)
+
+        return cls(config, KubernetesRouteApi(), ready)
+
+    def _read(self) -> dict[str, Any]:
+        route = self.api.get(self.config.namespace, self.config.name)
+        if route is None:
+            raise StepError(
+                f"HTTPRoute {self.config.namespace}/{self.config.name} does not exist in the cluster: create it "
+                "(mlrelease deploy render, then kubectl apply) before a rollout; no traffic was moved"
+            )
+        return route
+
+    def current(self) -> Routing | None:
+        """The routing the route carries, or None when mlrelease has not written it yet."""
+        return routing_from_route(self.config, self._read())
+
+    def apply(self, routing: Routing, *, reason: str, clear_trips: bool = False) -> Routing:
+        """Check the route exists and is ours, the versions are ready; patch; wait for the controller."""
+        route = self._read()
+        before = routing_from_route(self.config, route)
+        serving = [routing.stable_version]
+        if routing.candidate_version is not None and any(p > 0 for p in routing.candidate_percent.values()):
+            serving.append(routing.candidate_version)
+        self.ready_check(serving)
+        new = Routing(
+            stable_version=routing.stable_version,
+            candidate_version=routing.candidate_version,
+            candidate_percent=dict(routing.candidate_percent),
+            revision=(before.revision if before else 0) + 1,
+        )
+        body = {
+            "metadata": {
+                # The patch applies only to the object we read: a concurrent writer makes it a 409.
+                "resourceVersion": route["metadata"]["resourceVersion"],
+                "annotations": {ANNOTATION_ROUTING: routing_annotation(new), ANNOTATION_REASON: reason[:500]},
+            },
+            "spec": {"rules": route_rules(self.config, new)},
+        }
+        patched = self.api.patch(self.config.namespace, self.config.name, body)
+        self._wait_accepted(int(patched["metadata"].get("generation", 0)))
+        return new
+
+    def _wait_accepted(self, generation: int) -> None:
+        """Until the controller has accepted `generation` for our parent: the change is live only then."""
+        if self.config.accept_timeout_s <= 0:
+            return
+        deadline = time.monotonic() + self.config.accept_timeout_s
+        while True:
+            verdict = accepted(self._read(), parent_ref(self.config), generation)
+            if verdict is True:
+                return
+            if isinstance(verdict, str):
+                raise StepError(f"HTTPRoute {self.config.namespace}/{self.config.name} was not accepted: {verdict}")
+            if time.monotonic() >= deadline:
+                raise StepError(
+                    f"HTTPRoute {self.config.namespace}/{self.config.name}: no controller accepted generation "
+                    f"{generation} within {self.config.accept_timeout_s:g} s (is a Gateway API controller running "
+                    f"for Gateway {self.config.parent_gateway}?)"
+                )
+            time.sleep(self.poll_s)
+
+
+def accepted(route: dict[str, Any], parent: dict[str, Any], generation: int) -> bool | str | None:
+    """True when the parent's Accepted and ResolvedRefs conditions are True for `generation`;
+    the reason text when the controller refused it; None while it has not looked at `generation` yet."""
+    for status in (route.get("status") or {}).get("parents") or []:
+        ref = status.get("parentRef") or {}
+        if ref.get("name") != parent["name"] or ref.get("namespace", parent.get("namespace")) != parent.get(
+            "namespace"
+        ):
+            continue
+        conditions = {c.get("type"): c for c in status.get("conditions") or []}
+        wanted = [conditions.get("Accepted"), conditions.get("ResolvedRefs")]
+        if any(c is None or int(c.get("observedGeneration", 0)) < generation for c in wanted):
+            return None
+        refused = [c for c in wanted if c is not None and c.get("status") != "True"]
+        if refused:
+            return "; ".join(f"{c['type']}={c.get('status')} ({c.get('reason')}: {c.get('message')})" for c in refused)
+        return True
+    return None
