@@ -69,15 +69,21 @@ STEPS: dict[str, StepPod] = {
     "shadow": StepPod("shadow", args=(*RELEASE_ARGS, *PLAN_ARGS), resources=Resources(cpu="1", memory="1Gi")),
     # `--stage N` is appended per stage by the DAG (step_operator's extra_args).
     "rollout-stage": StepPod(
-        "rollout-stage", args=(*RELEASE_ARGS, "--profile", "{{ params.rollout_profile }}", *PLAN_ARGS), resources=SMALL
+        "rollout-stage",
+        args=(*RELEASE_ARGS, "--profile", "{{ params.rollout_profile }}", *PLAN_ARGS),
+        resources=SMALL,
+        routes_traffic=True,
     ),
-    "analyze": StepPod("analyze", args=RELEASE_ARGS, resources=Resources(cpu="500m", memory="1Gi")),
-    "promote": StepPod("promote", args=RELEASE_ARGS, resources=SMALL),
-    "retire": StepPod("retire", args=RELEASE_ARGS, resources=SMALL),
+    "analyze": StepPod(
+        "analyze", args=RELEASE_ARGS, resources=Resources(cpu="500m", memory="1Gi"), routes_traffic=True
+    ),
+    "promote": StepPod("promote", args=RELEASE_ARGS, resources=SMALL, routes_traffic=True),
+    "retire": StepPod("retire", args=RELEASE_ARGS, resources=SMALL, routes_traffic=True),
     "rollback": StepPod(
         "rollback",
         args=("--end", "{{ data_interval_end.isoformat() }}", "--reason", "nightly_release run {{ run_id }} failed"),
         resources=SMALL,
+        routes_traffic=True,
     ),
     # The rollback_release DAG: a human's rollback, abort or promotion, with the trigger form's params.
     "manual-release": StepPod(
@@ -93,5 +99,6 @@ STEPS: dict[str, StepPod] = {
             "{{ params.reason }} (rollback_release run {{ run_id }})",
         ),
         resources=SMALL,
+        routes_traffic=True,
     ),
 }

@@ -72,10 +72,17 @@ def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSetting
         cmds=pod.cmds,
         arguments=list(pod.args),
         # HOME on the writable /tmp volume: Feast and GX write small caches there under a read-only root.
-        env_vars={**dict(pod.env), "MLRELEASE_HOME": STATE_MOUNT, "MLRELEASE_XCOM_PATH": XCOM_PATH, "HOME": "/tmp"},
+        env_vars={
+            **dict(pod.env),
+            "MLRELEASE_HOME": STATE_MOUNT,
+            "MLRELEASE_XCOM_PATH": XCOM_PATH,
+            "HOME": "/tmp",
+            "MLRELEASE_TRAFFIC_ROUTER": cluster.traffic_router,
+        },
         env_from=[k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cluster.env_secret))],
         service_account_name=cluster.service_account,
-        automount_service_account_token=False,
+        # Least privilege: no API token, except for routing steps that patch their HTTPRoute (RBAC: that one object).
+        automount_service_account_token=cluster.needs_api_token(pod),
         container_resources=k8s.V1ResourceRequirements(requests=requests, limits=limits),
         node_selector=node_selector,
         tolerations=tolerations,

@@ -35,6 +35,7 @@ class StepPod:
     env: tuple[tuple[str, str], ...] = ()
     resources: Resources = field(default_factory=Resources)
     image_env: str | None = None  # variable naming a step-specific image (else the cluster's step image)
+    routes_traffic: bool = False  # reads or moves the rollout's routing (the HTTPRoute router needs the API)
 
     @property
     def cmds(self) -> list[str]:
@@ -59,6 +60,7 @@ class ClusterSettings:
     gpu_node_selector: tuple[tuple[str, str], ...]
     gpu_toleration_key: str
     run_as_user: int = 10001
+    traffic_router: str = "gateway"  # MLRELEASE_TRAFFIC_ROUTER: `httproute` routing steps talk to the Kubernetes API
 
     def image_for(self, pod: StepPod) -> str:
         """The pod's image: its own (e.g. the perf_analyzer image built on the Triton SDK) or the step image."""
@@ -80,4 +82,9 @@ class ClusterSettings:
             state_claim=get("MLRELEASE_K8S_STATE_CLAIM", "mlrelease-state"),
             gpu_node_selector=pairs,  # type: ignore[arg-type]
             gpu_toleration_key=get("MLRELEASE_K8S_GPU_TOLERATION", "nvidia.com/gpu"),
+            traffic_router=get("MLRELEASE_TRAFFIC_ROUTER", "gateway"),
         )
+
+    def needs_api_token(self, pod: StepPod) -> bool:
+        """Whether the pod needs its service-account token: only routing steps, and only with the HTTPRoute router."""
+        return pod.routes_traffic and self.traffic_router == "httproute"

@@ -29,6 +29,16 @@ def test_manifest_validates_and_is_restricted(step):
     assert {"name": "MLRELEASE_XCOM_PATH", "value": "/airflow/xcom/return.json"} in main["env"]
 
 
+def test_only_routing_steps_get_an_api_token_and_only_with_the_httproute_router(monkeypatch):
+    routing = {"rollout-stage", "analyze", "promote", "retire", "rollback", "manual-release"}
+    assert all(render_manifest(step)["spec"]["automountServiceAccountToken"] is False for step in STEPS)
+    monkeypatch.setenv("MLRELEASE_TRAFFIC_ROUTER", "httproute")
+    tokens = {step: render_manifest(step)["spec"]["automountServiceAccountToken"] for step in STEPS}
+    assert {step for step, mounted in tokens.items() if mounted} == routing
+    env = render_manifest("analyze")["spec"]["containers"][0]["env"]
+    assert {"name": "MLRELEASE_TRAFFIC_ROUTER", "value": "httproute"} in env
+
+
 def test_window_arguments_render_from_the_run(monkeypatch):
     main = render_manifest("materialize")["spec"]["containers"][0]
     assert main["args"] == [
