@@ -10,7 +10,7 @@ from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, TriggerRule, chain
 
 from mlrelease_airflow.factory import step_operator
-from mlrelease_airflow.notifiers import WebhookAlertNotifier
+from mlrelease_airflow.notifiers import release_alerts
 
 DOC = """
 ### Nightly release
@@ -74,7 +74,7 @@ with DAG(
         "owner": "ml-platform",
         "retries": int(os.environ.get("MLRELEASE_TASK_RETRIES", "2")),
         "retry_delay": timedelta(minutes=5),
-        "on_failure_callback": WebhookAlertNotifier(),
+        "on_failure_callback": release_alerts("task_failed"),
     },
     params={
         "materialize_overlap_hours": Param(
@@ -116,7 +116,7 @@ with DAG(
         ),
     },
 ) as dag:
-    paused_alert = WebhookAlertNotifier(event="task_skipped")
+    paused_alert = release_alerts("task_skipped")
     chain(
         step_operator("apply-features"),
         step_operator("materialize"),
@@ -145,14 +145,15 @@ with DAG(
     wait_retire = DateTimeSensorAsync(
         task_id="wait_retire", target_time="{{ ti.xcom_pull(task_ids='promote')['previous_unload_after'] }}"
     )
-    rollout += [step_operator("promote"), wait_retire, step_operator("retire")]
+    promote = step_operator("promote", on_success_callback=release_alerts("promoted"))
+    rollout += [promote, wait_retire, step_operator("retire")]
     chain(dag.get_task("benchmark"), *rollout)
     # Any failed rollout task: traffic back to stable and the candidate cleaned up (a no-op when nothing moved).
     rollback = step_operator(
         "rollback",
         trigger_rule=TriggerRule.ONE_FAILED,
         retries=3,
-        on_success_callback=WebhookAlertNotifier(event="rolled_back"),
+        on_success_callback=release_alerts("rolled_back"),
     )
     rollout >> rollback
     # The run's verdict (the only leaf): failed whenever any task failed, even though a rollback succeeded;

@@ -7,7 +7,7 @@ from datetime import datetime
 from airflow.sdk import DAG, Param
 
 from mlrelease_airflow.factory import step_operator
-from mlrelease_airflow.notifiers import WebhookAlertNotifier
+from mlrelease_airflow.notifiers import release_alerts
 
 DOC = """
 ### Rollback / release control
@@ -33,7 +33,7 @@ with DAG(
     max_active_runs=1,
     doc_md=DOC,
     tags=["mlrelease", "release", "manual"],
-    default_args={"owner": "ml-platform", "retries": 0, "on_failure_callback": WebhookAlertNotifier()},
+    default_args={"owner": "ml-platform", "retries": 0, "on_failure_callback": release_alerts("task_failed")},
     params={
         "model": Param("parcel_eta", type="string", enum=["parcel_eta"], description="Registered model."),
         "action": Param(

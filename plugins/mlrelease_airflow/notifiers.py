@@ -1,4 +1,5 @@
-"""Alerts from task-failure callbacks: a JSON (or Slack-compatible) POST to a webhook."""
+"""Release alerts from task callbacks: the generic webhook (JSON or Slack-compatible POST) and `release_alerts`,
+which gives a callback list with one notifier per channel (webhook, Slack, e-mail; see notify_*.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import os
 from typing import Any
 
 from airflow.sdk import BaseNotifier
+
+from mlrelease_airflow.notify_alert import alert_from_context, check_event
+from mlrelease_airflow.notify_email import EmailAlertNotifier
+from mlrelease_airflow.notify_slack import SlackAlertNotifier
 
 DEFAULT_CONN_ID = "mlrelease_alerts"
 
@@ -27,31 +32,39 @@ def webhook_url(conn_id: str) -> str | None:
     return f"{scheme}://{conn.host}{port}{path}"
 
 
-VERBS = {"task_failed": "failed", "rolled_back": "rolled the candidate back", "task_skipped": "stopped for a human"}
+VERBS = {
+    "task_failed": "failed",
+    "rolled_back": "rolled the candidate back",
+    "promoted": "promoted the candidate",
+    "task_skipped": "stopped for a human",
+}
 
 
 def alert_payload(context: dict[str, Any], fmt: str, event: str = "task_failed") -> dict[str, Any]:
     """The alert body: plain JSON fields, or Slack's `{"text": …, "blocks": …}` shape when fmt is `slack`."""
-    ti = context.get("ti") or context.get("task_instance")
-    dag_run = context.get("dag_run")
-    exception = context.get("exception")
+    alert = alert_from_context(context, event)
     fields = {
-        "dag_id": getattr(ti, "dag_id", None),
-        "task_id": getattr(ti, "task_id", None),
-        "run_id": getattr(dag_run, "run_id", None) or getattr(ti, "run_id", None),
-        "try_number": getattr(ti, "try_number", None),
-        "data_interval_end": str(context.get("data_interval_end")),
-        "error": str(exception) if exception is not None else None,
-        "log_url": getattr(ti, "log_url", None),
+        "dag_id": alert.dag_id,
+        "task_id": alert.task_id,
+        "run_id": alert.run_id,
+        "try_number": alert.try_number,
+        "data_interval_end": alert.data_interval_end,
+        "error": alert.error,
+        "log_url": alert.log_url,
+        "run_key": alert.run_key,
+        "report_url": alert.report_url,
+        "rollout": alert.rollout,
     }
     if fmt != "slack":
         return {"event": event, **fields}
     text = (
-        f":rotating_light: *{fields['dag_id']}.{fields['task_id']}* {VERBS.get(event, event)} "
+        f":rotating_light: *{fields['dag_id']}.{fields['task_id']}* {VERBS[event]} "
         f"(run `{fields['run_id']}`, try {fields['try_number']}): {fields['error']}"
     )
     if fields["log_url"]:
         text += f" <{fields['log_url']}|logs>"
+    if fields["report_url"]:
+        text += f" <{fields['report_url']}|release report>"
     return {"text": text, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]}
 
 
@@ -62,7 +75,7 @@ class WebhookAlertNotifier(BaseNotifier):
     :param payload_format: ``json`` (default) or ``slack`` (incoming-webhook compatible). Falls back to
         MLRELEASE_ALERT_FORMAT when not given.
     :param timeout: seconds to wait for the receiver.
-    :param event: the alert's `event` field: task_failed (default), rolled_back, task_skipped.
+    :param event: the alert's `event` field: task_failed (default), rolled_back, promoted, task_skipped.
     """
 
     template_fields = ("conn_id",)
@@ -75,7 +88,7 @@ class WebhookAlertNotifier(BaseNotifier):
         event: str = "task_failed",
     ):
         super().__init__()
-        self.event = event
+        self.event = check_event(event)
         self.conn_id = conn_id
         self.payload_format = payload_format
         self.timeout = timeout
@@ -91,3 +104,13 @@ class WebhookAlertNotifier(BaseNotifier):
         fmt = self.payload_format or os.environ.get("MLRELEASE_ALERT_FORMAT", "json")
         response = requests.post(url, json=alert_payload(context, fmt, self.event), timeout=self.timeout)
         response.raise_for_status()
+
+
+def release_alerts(event: str) -> list[BaseNotifier]:
+    """A callback list for `event`: the generic webhook, Slack and e-mail notifiers.
+
+    Each one looks its configuration up when it fires (never at DAG parse time, which must not touch
+    connections) and skips itself with a log line when its channel is not configured.
+    """
+    check_event(event)
+    return [WebhookAlertNotifier(event=event), SlackAlertNotifier(event=event), EmailAlertNotifier(event=event)]

@@ -20,7 +20,17 @@ HEAVY = [
     "pandas",
     "pyarrow",
     "airflow.providers.cncf.kubernetes.operators.pod",
+    "slack_sdk",
+    "airflow.providers.slack.hooks.slack_webhook",  # the package itself is loaded by provider discovery
 ]
+ALERT_CHANNELS = {"WebhookAlertNotifier", "SlackAlertNotifier", "EmailAlertNotifier"}
+
+
+def assert_alerts(callbacks, event):
+    """Every channel (generic webhook, Slack, e-mail) is wired, each for `event`."""
+    assert callbacks, f"no {event} alert"
+    assert sorted(type(c).__name__ for c in callbacks) == sorted(ALERT_CHANNELS), callbacks
+    assert {c.event for c in callbacks} == {event}
 
 
 def test_dagbag_has_no_import_errors():
@@ -55,7 +65,7 @@ def test_nightly_release_wiring_schedule_and_params():
     assert params["max_p99_ratio"] == 1.10 and params["min_throughput_ratio"] == 0.90 and params["training_days"] == 7
     assert params.get_param("reference_days").schema["type"] == "integer"
     for task in dag.tasks:
-        assert task.on_failure_callback, f"{task.task_id} has no failure alert"
+        assert_alerts(task.on_failure_callback, "task_failed")
     assert "reference_days" in dag.doc_md
 
 
@@ -87,11 +97,12 @@ def test_rollout_wiring_waits_are_deferrable_and_a_failure_rolls_back():
         assert type(wait).__name__ == "DateTimeSensorAsync"  # no worker held while a stage runs
         assert f"rollout_stage_{n}" in wait.target_time and "analyze_at" in wait.target_time
         assert dag.get_task(f"rollout_stage_{n}").arguments[-4:] == ["--stage", str(n), "--wired-stages", "3"]
-        assert dag.get_task(f"analyze_{n}").on_skipped_callback  # a pause alerts too
+        assert_alerts(dag.get_task(f"analyze_{n}").on_skipped_callback, "task_skipped")  # a pause alerts too
     rollback = dag.get_task("rollback")
     assert rollback.trigger_rule == "one_failed" and set(chain[1:]) == rollback.upstream_task_ids
-    (confirm,) = rollback.on_success_callback  # the rollback confirms itself: event rolled_back
-    assert confirm.event == "rolled_back"
+    assert_alerts(rollback.on_success_callback, "rolled_back")  # the rollback confirms itself
+    assert_alerts(dag.get_task("promote").on_success_callback, "promoted")  # and so does a promotion
+    assert not dag.get_task("retire").on_success_callback
     verdict = dag.get_task("release_complete")
     assert verdict.upstream_task_ids == {"retire", "rollback"} and verdict.trigger_rule == "none_failed"
     assert [t.task_id for t in dag.tasks if not t.downstream_task_ids] == ["release_complete"]  # the only leaf
@@ -109,4 +120,5 @@ def test_rollback_release_dag_is_manual_with_a_typed_form():
     assert params.get_param("action").schema["enum"] == ["rollback_to_version", "abort_rollout", "promote_paused"]
     assert params.get_param("target_version").schema["type"] == ["null", "integer"]
     (task,) = dag.tasks
-    assert task.arguments[:2] == ["--action", "{{ params.action }}"] and task.on_failure_callback
+    assert task.arguments[:2] == ["--action", "{{ params.action }}"]
+    assert_alerts(task.on_failure_callback, "task_failed")
