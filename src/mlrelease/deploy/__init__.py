@@ -1,0 +1,1 @@
+"""Kubernetes manifests for mlrelease, rendered from validated values (`mlrelease deploy render|check`)."""
