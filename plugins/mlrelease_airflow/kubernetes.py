@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from mlrelease_airflow.pod_spec import STATE_MOUNT, XCOM_PATH, ClusterSettings, StepPod
+from mlrelease_airflow.pod_spec import CONFIG_MOUNT, STATE_MOUNT, XCOM_PATH, ClusterSettings, StepPod
 
 EXIT_GATE_FAILED = 3  # mlrelease.cli: a gate decided against the data or the model
 EXIT_SKIPPED = 4  # mlrelease.cli: nothing to do; KPO's skip_on_exit_code turns it into a skipped task
@@ -78,6 +78,8 @@ def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSetting
             "MLRELEASE_XCOM_PATH": XCOM_PATH,
             "HOME": "/tmp",
             "MLRELEASE_TRAFFIC_ROUTER": cluster.traffic_router,
+            "MLRELEASE_GATEWAY_CONFIG": f"{CONFIG_MOUNT}/gateway.yaml",
+            "MLRELEASE_HTTPROUTE_CONFIG": f"{CONFIG_MOUNT}/httproute.yaml",
         },
         env_from=[k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cluster.env_secret))],
         service_account_name=cluster.service_account,
@@ -101,10 +103,14 @@ def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSetting
                 persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(claim_name=cluster.state_claim),
             ),
             k8s.V1Volume(name="tmp", empty_dir=k8s.V1EmptyDirVolumeSource(size_limit="1Gi")),
+            k8s.V1Volume(
+                name="gateway-config", config_map=k8s.V1ConfigMapVolumeSource(name=cluster.gateway_config_map)
+            ),
         ],
         volume_mounts=[
             k8s.V1VolumeMount(name="state", mount_path=STATE_MOUNT),
             k8s.V1VolumeMount(name="tmp", mount_path="/tmp"),
+            k8s.V1VolumeMount(name="gateway-config", mount_path=CONFIG_MOUNT, read_only=True),
         ],
         labels={"app.kubernetes.io/name": "mlrelease", "app.kubernetes.io/component": pod.step},
         do_xcom_push=True,

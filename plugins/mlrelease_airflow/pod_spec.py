@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass, field
 
 STATE_MOUNT = "/var/lib/mlrelease"
+# The gateway ConfigMap (deploy/): steps read the same routing store, cohorts and, in httproute mode, route.
+CONFIG_MOUNT = "/etc/mlrelease/gateway"
 XCOM_PATH = "/airflow/xcom/return.json"
 # Step-specific images, overridable by the named variable. The perf image is built FROM the Triton SDK
 # image (nvcr.io/nvidia/tritonserver:<release>-py3-sdk, which ships perf_analyzer) plus the mlrelease package.
@@ -60,6 +62,7 @@ class ClusterSettings:
     gpu_node_selector: tuple[tuple[str, str], ...]
     gpu_toleration_key: str
     run_as_user: int = 10001
+    gateway_config_map: str = "mlrelease-gateway-config"
     traffic_router: str = "gateway"  # MLRELEASE_TRAFFIC_ROUTER: `httproute` routing steps talk to the Kubernetes API
 
     def image_for(self, pod: StepPod) -> str:
@@ -82,6 +85,7 @@ class ClusterSettings:
             state_claim=get("MLRELEASE_K8S_STATE_CLAIM", "mlrelease-state"),
             gpu_node_selector=pairs,  # type: ignore[arg-type]
             gpu_toleration_key=get("MLRELEASE_K8S_GPU_TOLERATION", "nvidia.com/gpu"),
+            gateway_config_map=get("MLRELEASE_K8S_GATEWAY_CONFIGMAP", "mlrelease-gateway-config"),
             traffic_router=get("MLRELEASE_TRAFFIC_ROUTER", "gateway"),
         )
 

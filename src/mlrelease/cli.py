@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from mlrelease.deploy.cli import register as add_deploy_commands
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.gateway.cli import add_commands as add_gateway_commands
 from mlrelease.settings import Settings
@@ -364,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--end", required=True, help="the run's data interval end, ISO-8601")
     summary.set_defaults(handler=_cmd_summary, result_to_xcom=False, quiet=True)
     add_gateway_commands(sub)
+    add_deploy_commands(sub)
     return parser
 
 

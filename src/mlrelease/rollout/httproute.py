@@ -157,15 +157,17 @@ def _percent_for(routing: Routing, cohort: str) -> float:
 
 def route_rules(config: HTTPRouteConfig, routing: Routing) -> list[dict[str, Any]]:
     """The HTTPRoute rules that send each cohort's requests to stable and candidate in the routing's shares."""
-    path = {"type": "PathPrefix", "value": config.path_prefix}
+    def path() -> dict[str, str]:  # a fresh dict per rule: shared ones would dump as YAML anchors
+        return {"type": "PathPrefix", "value": config.path_prefix}
+
     rules = [
         {
-            "matches": [{"path": path, "headers": [{"type": "Exact", "name": config.cohort_header, "value": c}]}],
+            "matches": [{"path": path(), "headers": [{"type": "Exact", "name": config.cohort_header, "value": c}]}],
             "backendRefs": _backends(config, routing, _percent_for(routing, c)),
         }
         for c in config.cohorts
     ]
-    rules.append({"matches": [{"path": path}], "backendRefs": _backends(config, routing, _percent_for(routing, "*"))})
+    rules.append({"matches": [{"path": path()}], "backendRefs": _backends(config, routing, _percent_for(routing, "*"))})
     return rules
 
 
