@@ -40,6 +40,9 @@ Every night at 02:00 UTC, for the data interval that just closed (the previous 2
 11. **promote** moves the `champion` alias (all traffic first); **retire** unloads the previous champion
     once its keep window (instant rollback) has passed.
 12. **rollback** runs only when a rollout task failed: traffic back to stable, candidate unloaded, aliases restored.
+13. **report** writes the run's release report (data quality, metrics vs champion, benchmark curves, shadow,
+    rollout timeline) and logs it to MLflow; it runs after everything, and never changes the run's verdict
+    (`release_complete`). The "Release report" link on every task opens it.
 
 Each task runs as a KubernetesPodOperator when `MLRELEASE_RUNNER=kubernetes`, otherwise as a local
 process running the same command. Failures alert through the `mlrelease_alerts` connection
@@ -159,4 +162,8 @@ with DAG(
     # The run's verdict (the only leaf): failed whenever any task failed, even though a rollback succeeded;
     # green after a promotion, a first release or a pause (those end the rollout tasks as skipped).
     # none_failed waits for both upstreams, where all_success would turn skipped at the first skipped one.
-    [rollout[-1], rollback] >> EmptyOperator(task_id="release_complete", trigger_rule=TriggerRule.NONE_FAILED)
+    release_complete = EmptyOperator(task_id="release_complete", trigger_rule=TriggerRule.NONE_FAILED)
+    [rollout[-1], rollback] >> release_complete
+    # The release report, after everything (a failed or stopped run gets one too). As a teardown it is left
+    # out of the run's state, so release_complete stays the verdict and a report problem never turns it.
+    [rollout[-1], rollback, release_complete] >> step_operator("report").as_teardown()

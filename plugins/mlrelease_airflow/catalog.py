@@ -85,6 +85,8 @@ STEPS: dict[str, StepPod] = {
         resources=SMALL,
         routes_traffic=True,
     ),
+    # The release report of the run, whatever its outcome (a teardown: it never changes the run's verdict).
+    "report": StepPod("report", args=("--end", "{{ data_interval_end.isoformat() }}"), resources=SMALL),
     # The rollback_release DAG: a human's rollback, abort or promotion, with the trigger form's params.
     "manual-release": StepPod(
         "manual-release",

@@ -218,6 +218,12 @@ def _step_diagnose(args: argparse.Namespace, settings: Settings) -> dict[str, An
     return diagnose_recent(settings, args.cohort, hours=args.hours, data_end=end)
 
 
+def _step_report(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.report import build_report
+
+    return build_report(settings, parse_timestamp(args.end, name="--end"), log_to_mlflow=not args.no_mlflow)
+
+
 def _cmd_rollout_status(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.steps.rollout import status
 
@@ -267,6 +273,10 @@ def _add_rollout_steps(steps: Any) -> None:
     dg.add_argument("--hours", type=float, default=1.0, help="recent traffic to look at")
     dg.add_argument("--end", required=True, help="data interval end: training data is the days before it")
     dg.set_defaults(handler=_step_diagnose)
+    rep = steps.add_parser("report", help="the run's release report: one HTML page with plots, logged to MLflow")
+    rep.add_argument("--end", required=True, help="data interval end of the run")
+    rep.add_argument("--no-mlflow", action="store_true", help="do not log the report to the MLflow run")
+    rep.set_defaults(handler=_step_report)
 
 
 def _cmd_triton(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:

@@ -105,7 +105,14 @@ def test_rollout_wiring_waits_are_deferrable_and_a_failure_rolls_back():
     assert not dag.get_task("retire").on_success_callback
     verdict = dag.get_task("release_complete")
     assert verdict.upstream_task_ids == {"retire", "rollback"} and verdict.trigger_rule == "none_failed"
-    assert [t.task_id for t in dag.tasks if not t.downstream_task_ids] == ["release_complete"]  # the only leaf
+    # The report runs after everything as a teardown: release_complete stays the only leaf that decides the
+    # run's state (Airflow leaves teardowns out of it), so a report problem never turns a verdict.
+    report = dag.get_task("report")
+    assert report.is_teardown and not report.on_failure_fail_dagrun and not report.downstream_task_ids
+    assert report.upstream_task_ids == {"retire", "rollback", "release_complete"}
+    assert report.arguments == ["--end", "{{ data_interval_end.isoformat() }}"]
+    assert [t.task_id for t in dag.tasks if not t.downstream_task_ids] == ["report"]
+    assert verdict.downstream_task_ids == {"report"}
     params = dag.params
     assert params["rollout_plan"] == "config/rollout_plan.yaml"
     assert params.get_param("rollout_profile").schema["enum"] == ["production", "demo"]
