@@ -145,7 +145,7 @@ def format_summary(settings: Settings, end: datetime) -> str:
     lines += rollout_lines(settings, end, outcomes)
     complete = all(outcomes.get(task, {}).get("status") == "success" for task in TASK_ORDER)
     lines += ["", f"result: {_verdict(outcomes) if complete else 'FAILED'}", f"artifacts: {run_dir}"]
-    for name in ("data_quality/report.html", "freshness.prom"):
+    for name in ("report/index.html", "data_quality/report.html", "freshness.prom"):
         if (run_dir / name).exists():
             lines.append(f"  {Path(run_dir / name)}")
     return "\n".join(lines)
