@@ -39,7 +39,7 @@ COMPOSE_FILE = DOCKER / "compose.yaml"
 # The official Compose Specification schema, as the check-jsonschema package ships it (with its licence).
 SCHEMA = importlib.resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("compose-spec.json")
 HADOLINT = Path(sys.executable).parent / "hadolint"
-DOCKERFILES = ("step", "gateway", "triton", "perf-analyzer")
+DOCKERFILES = ("step", "gateway", "triton", "perf-analyzer", "airflow")
 NUMERIC_USER = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
@@ -239,7 +239,7 @@ def test_build_context_holds_every_copied_path_and_nothing_private() -> None:
             for copy_ in stage.all("COPY"):
                 if copy_.value.startswith("--from="):
                     continue
-                *sources, _dest = copy_.value.split()
+                *sources, _dest = [part for part in copy_.value.split() if not part.startswith("--")]
                 for source in sources:
                     assert source.rstrip("/") in context, f"{name}.Dockerfile copies {source}, not in the context"
     for private in (".venv", ".git", ".mlrelease", "docker/.env", "requirements.lock"):
@@ -418,3 +418,17 @@ def test_prometheus_scrapes_what_the_alert_rules_name(tmp_path: Path) -> None:
     assert promtool, "promtool is required (Debian package `prometheus`)"
     proc = subprocess.run([promtool, "check", "config", str(local)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_airflow_image_pins_what_the_lock_pins() -> None:
+    """The Airflow image's provider pins are the ones the tests ran with (requirements.lock)."""
+    locked = dict(
+        line.split("==", 1)
+        for line in (REPO / "requirements.lock").read_text(encoding="utf-8").splitlines()
+        if line.startswith("apache-airflow") and "==" in line
+    )
+    pins = re.findall(r'"(apache-airflow[a-z-]*)==([^"]+)"', dockerfile("airflow"))
+    assert pins and all(locked.get(name) == version for name, version in pins), (pins, locked)
+    # The image the Helm values run is the one this file builds.
+    values = yaml.safe_load((REPO / "deploy" / "airflow" / "values.yaml").read_text(encoding="utf-8"))
+    assert values["images"]["airflow"]["repository"] == "ghcr.io/mlrelease/airflow"
