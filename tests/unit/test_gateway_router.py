@@ -200,3 +200,26 @@ def test_seven_percent_is_exactly_seven_hundred_buckets():
     state = RoutingState(model=MODEL, stable_version=1, candidate_version=2, candidate_percent={"*": 7})
     on_candidate = sum(choose(state, "core", b, frozenset())[1] == "candidate" for b in range(10_000))
     assert on_candidate == 700
+
+
+def test_version_roles_follow_the_routing_state(tmp_path: Path):
+    store = FileRoutingStore(tmp_path / "routing.json")
+    _write(store, candidate_version=2, candidate_percent={"high_value": 100.0})
+
+    def roles(router: Router) -> dict[tuple[str, str], float]:
+        samples = router.metrics.registry.get_sample_value
+        return {
+            (v, r): samples("mlrelease_gateway_version_role", {"version": v, "role": r})
+            for v in ("1", "2")
+            for r in ("stable", "candidate")
+        }
+
+    async def scenario() -> None:
+        router = _router(store)
+        await router.refresh()
+        assert roles(router) == {("1", "stable"): 1, ("1", "candidate"): 0, ("2", "stable"): 0, ("2", "candidate"): 1}
+        _write(store, stable_version=2, candidate_version=None, candidate_percent={})  # promoted
+        await router.refresh()
+        assert roles(router) == {("1", "stable"): 0, ("1", "candidate"): 0, ("2", "stable"): 1, ("2", "candidate"): 0}
+
+    asyncio.run(scenario())

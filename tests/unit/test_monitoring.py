@@ -401,10 +401,10 @@ def test_guardrail_alerts_mirror_the_rollout_plan():
         _plan_max(plan, "nan_rate")
     )
     assert _threshold(
-        expr["MlreleaseModelP50LatencyRatioHigh"], "mlrelease:gateway_model_latency_p50:ratio_to_fastest_rate5m"
+        expr["MlreleaseModelP50LatencyRatioHigh"], "mlrelease:gateway_model_latency_p50:candidate_over_stable_rate5m"
     ) == _plan_max(plan, "p50_latency_ratio")
     assert _threshold(
-        expr["MlreleaseModelP99LatencyRatioHigh"], "mlrelease:gateway_model_latency_p99:ratio_to_fastest_rate5m"
+        expr["MlreleaseModelP99LatencyRatioHigh"], "mlrelease:gateway_model_latency_p99:candidate_over_stable_rate5m"
     ) == _plan_max(plan, "p99_latency_ratio")
     long_tail = expr["MlreleaseLongTailLowConfidence"]
     assert 'cohort="long_tail"' in long_tail

@@ -81,6 +81,13 @@ class GatewayMetrics:
             ["cohort"],
             registry=r,
         )
+        # Lets alerts and dashboards compare the candidate with stable by role, not by guessing from numbers.
+        self.version_role = Gauge(
+            f"{PREFIX}_version_role",
+            "1 when the routing state gives the version this role (stable or candidate), else 0.",
+            ["version", "role"],
+            registry=r,
+        )
 
     def observe_answer(self, cohort: str, version: str, source: str, eta: float, confidence: float, s: float) -> None:
         """Record one answered prediction."""

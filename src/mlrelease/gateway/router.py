@@ -51,6 +51,7 @@ class Router:
         self._task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self._cohorts_seen: set[str] = set()
+        self._versions_seen: set[str] = set()
 
     @property
     def locally_tripped(self) -> frozenset[int]:
@@ -95,6 +96,13 @@ class Router:
         self._cohorts_seen |= set(state.candidate_percent)
         for cohort in self._cohorts_seen:
             self.metrics.candidate_percent.labels(cohort).set(state.candidate_percent.get(cohort, 0.0))
+        roles = {str(state.stable_version): "stable"}
+        if state.candidate_version is not None:
+            roles[str(state.candidate_version)] = "candidate"
+        self._versions_seen |= set(roles)
+        for version in self._versions_seen:
+            for role in ("stable", "candidate"):
+                self.metrics.version_role.labels(version, role).set(1.0 if roles.get(version) == role else 0.0)
 
     async def run(self) -> None:
         """Refresh forever (the background task of the app's lifespan)."""
