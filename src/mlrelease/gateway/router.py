@@ -100,9 +100,9 @@ class Router:
         if state.candidate_version is not None:
             roles[str(state.candidate_version)] = "candidate"
         self._versions_seen |= set(roles)
-        for version in self._versions_seen:
+        for label in self._versions_seen:
             for role in ("stable", "candidate"):
-                self.metrics.version_role.labels(version, role).set(1.0 if roles.get(version) == role else 0.0)
+                self.metrics.version_role.labels(label, role).set(1.0 if roles.get(label) == role else 0.0)
 
     async def run(self) -> None:
         """Refresh forever (the background task of the app's lifespan)."""
