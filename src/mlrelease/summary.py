@@ -49,6 +49,9 @@ def _detail(task: str, result: dict[str, Any]) -> str:
         return f"v{result.get('model_version')} matches the export (max |diff| {worst:.1e}) on {result.get('triton')}"
     if task == "benchmark":
         return str(result.get("verdict") or result.get("status"))
+    if task == "report":
+        mlflow = "logged to MLflow" if result.get("mlflow_artifact_uri") else "not logged to MLflow"
+        return f"{result.get('verdict')}: {len(result.get('files', []))} files, {mlflow}"
     if task == "apply_features":
         return f"{len(result.get('feature_views', []))} feature views, online store {result.get('online_store')}"
     return ""
