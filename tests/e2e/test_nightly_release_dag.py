@@ -1,4 +1,8 @@
-"""Whole-DAG runs with `airflow dags test`: green on clean data, red at the right step on each corruption."""
+"""Whole-DAG runs with `airflow dags test`: red at the right step on each corruption.
+
+The clean night (green end to end, the first model released) runs on a real scheduler, triggered the way
+the UI's form does it, in test_airflow_live.py.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import pytest
 
 from mlrelease.data.generate import generate
 from mlrelease.summary import TASK_ORDER
-from tests.conftest import HISTORY, REPO, ROWS_PER_DAY, WINDOW_END, free_port
+from tests.conftest import HISTORY, REPO, ROWS_PER_DAY, WINDOW_END
 
 pytestmark = pytest.mark.e2e
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -33,17 +37,6 @@ def migrated_airflow_db(tmp_path_factory) -> Path:
     }
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True)
     return home / "airflow.db"
-
-
-@pytest.fixture
-def triton_ports(home, monkeypatch):
-    """A real tritonserver for this test's MLRELEASE_HOME, on free ports, stopped afterwards."""
-    for name in ("HTTP", "GRPC", "METRICS"):
-        monkeypatch.setenv(f"MLRELEASE_TRITON_{name}_PORT", str(free_port()))
-    cli = str(Path(sys.executable).parent / "mlrelease")
-    subprocess.run([cli, "triton", "up"], check=True, capture_output=True, env=os.environ.copy())
-    yield
-    subprocess.run([cli, "triton", "down"], check=True, capture_output=True, env=os.environ.copy())
 
 
 def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -67,42 +60,6 @@ def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedPro
     steps_dir = home / RUN_DIR / "steps"
     outcomes = {p.stem: json.loads(p.read_text()) for p in steps_dir.glob("*.json")} if steps_dir.is_dir() else {}
     return proc, outcomes
-
-
-def test_clean_data_runs_green_end_to_end(home_with_data, migrated_airflow_db, receiver, triton_ports):
-    proc, outcomes = run_dag(home_with_data, migrated_airflow_db, receiver.url)
-    assert "state=success" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
-    assert [t for t in ORDER if outcomes.get(t, {}).get("status") == "success"] == ORDER
-    assert outcomes["materialize"]["result"]["window"] == {
-        "start": "2026-11-28T02:00:00+00:00",
-        "end": "2026-11-29T02:00:00+00:00",
-    }
-    assert (home_with_data / RUN_DIR / "data_quality/report.html").is_file()
-    assert receiver.bodies == []
-    # The model half: v1 was trained from this interval, exported, served, benchmarked, and bootstrapped.
-    assert outcomes["train"]["result"]["model_version"] == 1
-    assert outcomes["export"]["result"]["model_version"] == 1  # the version came through XCom
-    assert (home_with_data / "model_repository/parcel_eta/1/model.onnx").is_file()
-    assert outcomes["benchmark"]["result"]["status"].startswith("bootstrap")
-    import mlflow
-
-    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{home_with_data / 'mlflow/mlflow.db'}")
-    run_id = client.get_model_version("parcel_eta", "1").run_id
-    assert int(client.get_model_version_by_alias("parcel_eta", "champion").version) == 1
-    quality = json.loads(Path(client.download_artifacts(run_id, "data_quality/summary.json")).read_text())
-    assert quality["success"] is True and quality["rows"]["orders"] > 0
-
-    summary = subprocess.run(
-        [str(Path(sys.executable).parent / "mlrelease"), "summary", "--end", WINDOW_END],
-        env={**os.environ, "MLRELEASE_HOME": str(home_with_data)},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "result: ok: first release" in summary and "validate_data    ok" in summary
-    # The first champion has nothing to be rolled out against: the rollout ends skipped, the run is green.
-    assert outcomes["shadow"]["status"] == "skipped" and "champion already" in outcomes["shadow"]["reason"]
-    assert not any(task in outcomes for task in ("rollout_stage_1", "analyze_1", "promote", "rollback"))
 
 
 @pytest.mark.parametrize(
