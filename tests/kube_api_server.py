@@ -35,6 +35,18 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def apply_crd_defaults(obj: dict[str, Any]) -> None:
+    """Fill in what the HTTPRoute CRD defaults (as the API server does on every write): ref group and kind."""
+    for ref in obj["spec"].get("parentRefs", []):
+        ref.setdefault("group", "gateway.networking.k8s.io")
+        ref.setdefault("kind", "Gateway")
+    for rule in obj["spec"].get("rules", []):
+        for backend in rule.get("backendRefs", []):
+            backend.setdefault("group", "")
+            backend.setdefault("kind", "Service")
+            backend.setdefault("weight", 1)
+
+
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {
         "kind": "Status",
@@ -82,11 +94,19 @@ class FakeKubeApi:
         if problem:
             raise ValueError(f"invalid object: {problem}")
         stored = copy.deepcopy(obj)
+        apply_crd_defaults(stored)
         with self._lock:
             stored["metadata"].update(generation=1, resourceVersion=self._next_version())
             self.objects[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = stored
             self._control(stored)
         return copy.deepcopy(stored)
+
+    def status_write(self, namespace: str, name: str) -> None:
+        """The controller rewrites the status (a heartbeat): resourceVersion moves, spec and generation do not."""
+        with self._lock:
+            obj = self.objects[(namespace, name)]
+            self._control(obj)
+            obj["metadata"]["resourceVersion"] = self._next_version()
 
     def touch(self, namespace: str, name: str, **labels: str) -> None:
         """Another writer changes the object (a label), moving its resourceVersion on."""
@@ -136,8 +156,10 @@ class FakeKubeApi:
                 "lastTransitionTime": "2026-11-30T02:00:00Z",
             },
         ]
+        # Like real controllers, it writes the parentRef out in full (namespace included) in status.
+        namespace = obj["metadata"]["namespace"]
         parents = [
-            {"parentRef": ref, "controllerName": CONTROLLER, "conditions": conditions}
+            {"parentRef": {"namespace": namespace, **ref}, "controllerName": CONTROLLER, "conditions": conditions}
             for ref in obj["spec"]["parentRefs"]
         ]
         obj["status"] = {"parents": parents}
@@ -166,6 +188,7 @@ class FakeKubeApi:
                 return 409, _status(409, "Conflict", "the object has been modified; please apply your changes")
             merged = merge_patch(current, patch)
             merged.pop("status", None)
+            apply_crd_defaults(merged)
             problem = validate_gateway_api([merged])[0]
             if problem:
                 return 422, _status(

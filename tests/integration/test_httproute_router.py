@@ -186,14 +186,17 @@ def test_a_hand_edited_route_is_refused(kube):
     assert len(_patches(kube)) == 1
 
 
-def test_a_concurrent_writer_makes_the_patch_conflict(kube):
-    def meanwhile(versions):
-        kube.touch(CONFIG.namespace, CONFIG.name, team="someone-else")
+def test_a_concurrent_routing_change_makes_the_patch_conflict(kube):
+    other = _router(kube)
+
+    def meanwhile(versions):  # another writer moves traffic between our read and our patch
+        other.apply(Routing(1, 2, {"long_tail": 50}), reason="someone else")
 
     router = HTTPRouteTrafficRouter(CONFIG, _router(kube).api, meanwhile)
     with pytest.raises(RouteConflict, match="changed while the rollout was patching it"):
         router.apply(Routing(1, 2, {"high_value": 100}), reason="stage 1")
-    assert candidate_share(_route(kube), "high_value", 2) == 0  # nothing applied
+    route = _route(kube)  # the other writer's routing stands; ours was not applied over it
+    assert (candidate_share(route, "high_value", 2), candidate_share(route, "long_tail", 2)) == (0, 50)
 
 
 @pytest.mark.parametrize(
@@ -230,3 +233,44 @@ def test_bad_route_config_is_a_clear_error():
         HTTPRouteConfig(namespace="ML_Release")
     with pytest.raises(ValueError, match="cohorts must be distinct"):
         HTTPRouteConfig(cohorts=("high_value", "*"))
+
+
+def test_a_status_write_between_read_and_patch_does_not_fail_the_change(kube):
+    """Controllers rewrite status (resourceVersion moves) all the time; only a routing change is a conflict."""
+
+    def heartbeat(versions):
+        kube.status_write(CONFIG.namespace, CONFIG.name)
+
+    router = HTTPRouteTrafficRouter(CONFIG, _router(kube).api, heartbeat, poll_s=0.05)
+    router.apply(Routing(1, 2, {"high_value": 100}), reason="stage 1")
+    assert candidate_share(_route(kube), "high_value", 2) == 100
+    assert [r["method"] for r in kube.requests].count("PATCH") == 2  # the 409, then the retried patch
+
+
+def test_a_route_mlrelease_did_not_create_is_left_alone(kube):
+    foreign = route_manifest(CONFIG, Routing(stable_version=1))
+    del foreign["metadata"]["annotations"]
+    with FakeKubeApi() as api:
+        api.create(foreign)
+        with pytest.raises(StepError, match="not managed by mlrelease.*nothing was changed"):
+            _router(api).apply(Routing(1, 2, {"high_value": 100}), reason="stage 1")
+        assert not _patches(api)
+
+
+def test_no_stage_opens_when_the_guardrails_cannot_see_the_routed_traffic(kube, monkeypatch):
+    monkeypatch.delenv("MLRELEASE_METRICS_SOURCE", raising=False)
+    ctx = RolloutContext(None, None, _router(kube), None, None, COHORTS)  # type: ignore[arg-type]
+    with pytest.raises(StepError, match="does not see the traffic that httproute://mlrelease/parcel-eta routes"):
+        ctx.require_observed()
+    assert not _patches(kube)
+
+
+def test_the_gateway_router_refuses_where_the_cluster_routes_with_an_httproute(tmp_path, monkeypatch):
+    from mlrelease.rollout.traffic_router import open_traffic_router
+
+    mounted = tmp_path / "httproute.yaml"  # deploy/ mounts this only in httproute mode
+    mounted.write_text("name: parcel-eta\n")
+    monkeypatch.setenv("MLRELEASE_HTTPROUTE_CONFIG", str(mounted))
+    monkeypatch.delenv("MLRELEASE_TRAFFIC_ROUTER", raising=False)
+    with pytest.raises(StepError, match="set MLRELEASE_TRAFFIC_ROUTER=httproute"):
+        open_traffic_router(None, "parcel_eta")  # type: ignore[arg-type]

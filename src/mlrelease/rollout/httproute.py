@@ -121,7 +121,11 @@ def weight(percent: float) -> int:
 
 
 def _backend(config: HTTPRouteConfig, version: int, weight_: int) -> dict[str, Any]:
+    # group and kind spelled out: the API server fills in these CRD defaults, and the stored rules must
+    # compare equal to the generated ones (routing_from_route refuses a route whose rules differ).
     return {
+        "group": "",
+        "kind": "Service",
         "name": config.backend_service,
         "port": config.backend_port,
         "weight": weight_,
@@ -212,12 +216,16 @@ def route_manifest(config: HTTPRouteConfig, routing: Routing, reason: str = "ini
     }
 
 
-def routing_from_route(config: HTTPRouteConfig, route: dict[str, Any]) -> Routing | None:
-    """The routing a route carries; None when mlrelease never wrote it; StepError when its rules were hand-edited."""
+def routing_from_route(config: HTTPRouteConfig, route: dict[str, Any]) -> Routing:
+    """The routing a route carries; StepError when mlrelease did not create it or its rules were hand-edited."""
     where = f"HTTPRoute {config.namespace}/{config.name}"
     raw = ((route.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_ROUTING)
     if raw is None:
-        return None
+        # Not created by `mlrelease deploy render`: its rules may carry other paths that a patch would replace.
+        raise StepError(
+            f"{where} is not managed by mlrelease (no {ANNOTATION_ROUTING} annotation): create it from "
+            "`mlrelease deploy render`'s create-once/ output; nothing was changed"
+        )
     try:
         doc = json.loads(raw)
         routing = Routing(

@@ -17,7 +17,7 @@ from mlrelease.rollout.httproute import (
     routing_annotation,
     routing_from_route,
 )
-from mlrelease.rollout.httproute_api import KubernetesRouteApi, RouteApi
+from mlrelease.rollout.httproute_api import KubernetesRouteApi, RouteApi, RouteConflict
 from mlrelease.rollout.traffic_router import Routing
 from mlrelease.serving.triton_client import require_ready
 
@@ -27,8 +27,10 @@ ReadyCheck = Callable[[list[int]], None]
 class HTTPRouteTrafficRouter:
     """Applies routing as one merge patch of one HTTPRoute, conditional on the resourceVersion it read.
 
-    There is no fast guard on this path (the mesh's outlier detection plays that part), so `tripped`
-    is always empty and `clear_trips` has nothing to clear.
+    Traffic on this path bypasses the mlrelease gateway: there is no fast guard (`tripped` is always
+    empty, `clear_trips` has nothing to clear), and the gateway's decision log does not see it, so
+    `observed_by` is empty and a rollout refuses to open a stage until a metrics source that sees the
+    route's traffic is configured (rollbacks and manual routing work regardless).
 
     :param config: which route, which backend, which cohorts.
     :param api: the Kubernetes calls (get, patch).
@@ -39,6 +41,7 @@ class HTTPRouteTrafficRouter:
     def __init__(self, config: HTTPRouteConfig, api: RouteApi, ready_check: ReadyCheck, *, poll_s: float = 0.5) -> None:
         self.config, self.api, self.ready_check, self.poll_s = config, api, ready_check, poll_s
         self.location = f"httproute://{config.namespace}/{config.name}"
+        self.observed_by: frozenset[str] = frozenset()
 
     @classmethod
     def from_config(cls, config: HTTPRouteConfig | None = None) -> HTTPRouteTrafficRouter:
@@ -60,7 +63,7 @@ class HTTPRouteTrafficRouter:
         return route
 
     def current(self) -> Routing | None:
-        """The routing the route carries, or None when mlrelease has not written it yet."""
+        """The routing the route carries (StepError when the route is missing, not ours, or hand-edited)."""
         return routing_from_route(self.config, self._read())
 
     def apply(self, routing: Routing, *, reason: str, clear_trips: bool = False) -> Routing:
@@ -75,8 +78,21 @@ class HTTPRouteTrafficRouter:
             stable_version=routing.stable_version,
             candidate_version=routing.candidate_version,
             candidate_percent=dict(routing.candidate_percent),
-            revision=(before.revision if before else 0) + 1,
+            revision=before.revision + 1,
         )
+        try:
+            patched = self._patch(route, new, reason)
+        except RouteConflict:
+            # The controller's status writes move resourceVersion too. If the routing is still the one we
+            # read, nobody else moved traffic: patch again once, conditional on the fresh version.
+            route = self._read()
+            if routing_from_route(self.config, route) != before:
+                raise
+            patched = self._patch(route, new, reason)
+        self._wait_accepted(int(patched["metadata"].get("generation", 0)))
+        return new
+
+    def _patch(self, route: dict[str, Any], new: Routing, reason: str) -> dict[str, Any]:
         body = {
             "metadata": {
                 # The patch applies only to the object we read: a concurrent writer makes it a 409.
@@ -85,9 +101,7 @@ class HTTPRouteTrafficRouter:
             },
             "spec": {"rules": route_rules(self.config, new)},
         }
-        patched = self.api.patch(self.config.namespace, self.config.name, body)
-        self._wait_accepted(int(patched["metadata"].get("generation", 0)))
-        return new
+        return self.api.patch(self.config.namespace, self.config.name, body)
 
     def _wait_accepted(self, generation: int) -> None:
         """Until the controller has accepted `generation` for our parent: the change is live only then."""
@@ -95,7 +109,7 @@ class HTTPRouteTrafficRouter:
             return
         deadline = time.monotonic() + self.config.accept_timeout_s
         while True:
-            verdict = accepted(self._read(), parent_ref(self.config), generation)
+            verdict = accepted(self._read(), parent_ref(self.config), generation, self.config.namespace)
             if verdict is True:
                 return
             if isinstance(verdict, str):
@@ -109,14 +123,22 @@ class HTTPRouteTrafficRouter:
             time.sleep(self.poll_s)
 
 
-def accepted(route: dict[str, Any], parent: dict[str, Any], generation: int) -> bool | str | None:
+def _same_parent(ref: dict[str, Any], parent: dict[str, Any], route_namespace: str) -> bool:
+    # An absent namespace means the route's own; controllers often write it out in status.
+    return (
+        ref.get("name") == parent["name"]
+        and (ref.get("namespace") or route_namespace) == (parent.get("namespace") or route_namespace)
+        and ref.get("sectionName") == parent.get("sectionName")
+    )
+
+
+def accepted(
+    route: dict[str, Any], parent: dict[str, Any], generation: int, route_namespace: str
+) -> bool | str | None:
     """True when the parent's Accepted and ResolvedRefs conditions are True for `generation`;
     the reason text when the controller refused it; None while it has not looked at `generation` yet."""
     for status in (route.get("status") or {}).get("parents") or []:
-        ref = status.get("parentRef") or {}
-        if ref.get("name") != parent["name"] or ref.get("namespace", parent.get("namespace")) != parent.get(
-            "namespace"
-        ):
+        if not _same_parent(status.get("parentRef") or {}, parent, route_namespace):
             continue
         conditions = {c.get("type"): c for c in status.get("conditions") or []}
         wanted = [conditions.get("Accepted"), conditions.get("ResolvedRefs")]
