@@ -9,7 +9,7 @@ from datetime import datetime
 from mlrelease.errors import StepError
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
 from mlrelease.rollout.machine import Phase, RolloutState, candidate_percent
-from mlrelease.rollout.metrics_source import MetricsSource, open_metrics_source
+from mlrelease.rollout.metrics_source import MetricsSource, metrics_source_kind, open_metrics_source
 from mlrelease.rollout.store import RolloutRecord, RolloutStore
 from mlrelease.rollout.traffic_router import Routing, TrafficRouter, open_traffic_router
 from mlrelease.serving.endpoint import publish_to_local_server, triton_url
@@ -45,6 +45,16 @@ class RolloutContext:
             Registry.from_settings(settings),
             load_config().cohorts.names,
         )
+
+    def require_observed(self) -> None:
+        """Refuse to expose traffic that the guardrails' metrics source cannot see (StepError)."""
+        kind = metrics_source_kind()
+        if kind not in self.router.observed_by:
+            raise StepError(
+                f"the metrics source {kind!r} does not see the traffic that {self.router.location} routes, so no "
+                "guardrail could judge a stage: no stage was opened (configure a source that observes this "
+                f"router: {sorted(self.router.observed_by) or 'none is built yet'})"
+            )
 
     def owned(self, run_key: str, version: int) -> RolloutRecord:
         """The rollout this run started for `version`; anything else is a StepError naming what was found."""

@@ -25,6 +25,7 @@ class GatewayTrafficRouter:
     def __init__(self, store: RoutingStore, model: str, triton: str) -> None:
         self.store, self.model, self.triton = store, model, triton
         self.location = store.location
+        self.observed_by = frozenset({"decision_log"})  # every call it routes lands in the decision log
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str) -> GatewayTrafficRouter:

@@ -28,9 +28,14 @@ class MetricsSource(Protocol):
 SOURCES = ("decision_log",)
 
 
+def metrics_source_kind() -> str:
+    """The source MLRELEASE_METRICS_SOURCE names (default `decision_log`)."""
+    return os.environ.get("MLRELEASE_METRICS_SOURCE", "decision_log")
+
+
 def open_metrics_source(settings: Settings) -> MetricsSource:
     """The source named by MLRELEASE_METRICS_SOURCE (default `decision_log`: the gateway's decision log)."""
-    kind = os.environ.get("MLRELEASE_METRICS_SOURCE", "decision_log")
+    kind = metrics_source_kind()
     if kind == "decision_log":
         from mlrelease.gateway.config import load_config
         from mlrelease.rollout.decision_log_source import DecisionLogSource

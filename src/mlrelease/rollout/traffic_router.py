@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from mlrelease.errors import StepError
@@ -29,6 +30,9 @@ class TrafficRouter(Protocol):
     """Applies routing atomically: readers see the old routing or the new one, never a mix."""
 
     location: str
+    # The metrics sources (MLRELEASE_METRICS_SOURCE names) that see the traffic this router sends:
+    # guardrails judged from any other source would see nothing, so no stage opens without one.
+    observed_by: frozenset[str]
 
     def current(self) -> Routing | None:
         """The routing in force, or None before the first write."""
@@ -45,6 +49,15 @@ def open_traffic_router(settings: Settings, model: str) -> TrafficRouter:
     kind = os.environ.get("MLRELEASE_TRAFFIC_ROUTER", "gateway")
     if kind == "gateway":
         from mlrelease.rollout.gateway_router import GatewayTrafficRouter
+
+        mounted = os.environ.get("MLRELEASE_HTTPROUTE_CONFIG")
+        if mounted and Path(mounted).is_file():
+            # deploy/ mounts the router config only in httproute mode: routing the gateway's state there
+            # would move no real traffic while the rollout believes it did.
+            raise StepError(
+                f"the cluster routes with an HTTPRoute ({mounted} is mounted), but MLRELEASE_TRAFFIC_ROUTER is "
+                "'gateway': set MLRELEASE_TRAFFIC_ROUTER=httproute in Airflow's environment"
+            )
 
         return GatewayTrafficRouter.from_settings(settings, model)
     if kind == "httproute":

@@ -93,6 +93,7 @@ def rollout_stage(
 ) -> dict[str, Any]:
     """Open stage `stage` (0-based) of `version`'s rollout: route its cohorts, record when it opened."""
     ctx = RolloutContext.open(settings)
+    ctx.require_observed()
     record = (
         _begin(ctx, version, run_key, profile, plan_path, wired_stages) if stage == 0 else ctx.owned(run_key, version)
     )
