@@ -413,6 +413,7 @@ BAD_VALUES = [
     ({"triton.ports.http": 70000}, ["triton.ports.http", "less than or equal to 65535"]),
     ({"routing.mode": "httproute"}, ["network.kubernetesApi"]),
     ({"routing.stateUrl": "redis://:secret@redis:6379/0"}, ["routing.stateUrl", "password"]),
+    ({"routing.httpRoute.namespace": "gateways"}, ["routing.httpRoute.namespace 'gateways' must be the release"]),
 ]
 
 
@@ -584,6 +585,8 @@ def test_airflow_values_point_the_dag_at_the_rendered_cluster() -> None:
     assert env["MLRELEASE_K8S_GPU_TOLERATION"] == values.gpu.tolerationKey
     selector = dict(pair.split("=", 1) for pair in env["MLRELEASE_K8S_GPU_NODE_SELECTOR"].split(","))
     assert selector == values.gpu.nodeSelector
+    assert env["MLRELEASE_K8S_GATEWAY_CONFIGMAP"] == values.gateway.configMap
+    assert env["MLRELEASE_TRAFFIC_ROUTER"] == values.routing.mode
     assert chart["workers"]["serviceAccount"]["name"] in values.airflow.serviceAccounts
     assert chart["postgresql"]["enabled"] is False and chart["data"]["metadataSecretName"]
     assert chart["dags"]["gitSync"]["enabled"] is True and chart["dags"]["gitSync"]["subPath"] == "dags"

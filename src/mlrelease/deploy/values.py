@@ -390,6 +390,13 @@ class DeployValues(Model):
                 "routing.mode httproute: step pods patch the HTTPRoute through the API server, so "
                 "network.kubernetesApi needs its cidrs and ports"
             )
+        if self.routing.httpRoute.namespace not in (None, self.namespace):
+            # The route's backendRefs name the Triton Service without a namespace (a cross-namespace
+            # backend needs a ReferenceGrant the release does not render).
+            raise ValueError(
+                f"routing.httpRoute.namespace {self.routing.httpRoute.namespace!r} must be the release namespace "
+                f"{self.namespace!r} (or null), where the Triton Service it routes to lives"
+            )
         if self.routing.mode == "httproute" and self.network.routeDataPlane is None:
             raise ValueError(
                 "routing.mode httproute: the Gateway API data plane sends traffic to Triton, so "
