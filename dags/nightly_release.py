@@ -39,10 +39,11 @@ Every night at 02:00 UTC, for the data interval that just closed (the previous 2
     and alerts with the numbers), or pauses for a human (the rest of the run is skipped).
 11. **promote** moves the `champion` alias (all traffic first); **retire** unloads the previous champion
     once its keep window (instant rollback) has passed.
-12. **rollback** runs only when a rollout task failed: traffic back to stable, candidate unloaded, aliases restored.
+12. **rollback** runs only when a rollout task up to the promotion failed: traffic back to stable, candidate
+    unloaded, aliases restored.
 13. **report** writes the run's release report (data quality, metrics vs champion, benchmark curves, shadow,
-    rollout timeline) and logs it to MLflow; it runs after everything, and never changes the run's verdict
-    (`release_complete`). The "Release report" link on every task opens it.
+    rollout timeline) and logs it to MLflow once the release is decided (after promote or rollback); it never
+    changes the run's verdict (`release_complete`). The "Release report" link on every task opens it.
 
 Each task runs as a KubernetesPodOperator when `MLRELEASE_RUNNER=kubernetes`, otherwise as a local
 process running the same command. Failures alert through the `mlrelease_alerts` connection
@@ -151,19 +152,24 @@ with DAG(
     promote = step_operator("promote", on_success_callback=release_alerts("promoted"))
     rollout += [promote, wait_retire, step_operator("retire")]
     chain(dag.get_task("benchmark"), *rollout)
-    # Any failed rollout task: traffic back to stable and the candidate cleaned up (a no-op when nothing moved).
+    # Any failed rollout task up to the promotion: traffic back to stable and the candidate cleaned up (a
+    # no-op when nothing moved). Not after it: once promoted, a failed retire only alerts (the keep window
+    # of the old champion is an unload, not a release decision), and rollback is decided at promotion
+    # rather than a keep window (24 h in production) later.
     rollback = step_operator(
         "rollback",
         trigger_rule=TriggerRule.ONE_FAILED,
         retries=3,
         on_success_callback=release_alerts("rolled_back"),
     )
-    rollout >> rollback
+    rollout[:-2] >> rollback
     # The run's verdict (the only leaf): failed whenever any task failed, even though a rollback succeeded;
     # green after a promotion, a first release or a pause (those end the rollout tasks as skipped).
     # none_failed waits for both upstreams, where all_success would turn skipped at the first skipped one.
     release_complete = EmptyOperator(task_id="release_complete", trigger_rule=TriggerRule.NONE_FAILED)
     [rollout[-1], rollback] >> release_complete
-    # The release report, after everything (a failed or stopped run gets one too). As a teardown it is left
-    # out of the run's state, so release_complete stays the verdict and a report problem never turns it.
-    [rollout[-1], rollback, release_complete] >> step_operator("report").as_teardown()
+    # The release report, as soon as the release is decided: promoted, rolled back, or stopped earlier (a
+    # failed or stopped run gets one too), so the promotion and rollback alerts link a page that exists. As a
+    # teardown it is left out of the run's state: release_complete stays the verdict, a report problem never
+    # turns it.
+    [promote, rollback] >> step_operator("report").as_teardown()

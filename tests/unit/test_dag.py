@@ -99,20 +99,23 @@ def test_rollout_wiring_waits_are_deferrable_and_a_failure_rolls_back():
         assert dag.get_task(f"rollout_stage_{n}").arguments[-4:] == ["--stage", str(n), "--wired-stages", "3"]
         assert_alerts(dag.get_task(f"analyze_{n}").on_skipped_callback, "task_skipped")  # a pause alerts too
     rollback = dag.get_task("rollback")
-    assert rollback.trigger_rule == "one_failed" and set(chain[1:]) == rollback.upstream_task_ids
+    # Every rollout task up to the promotion; not the keep-window wait and retire after it.
+    assert rollback.trigger_rule == "one_failed" and set(chain[1:-2]) == rollback.upstream_task_ids
+    assert chain[-2:] == ["wait_retire", "retire"]
     assert_alerts(rollback.on_success_callback, "rolled_back")  # the rollback confirms itself
     assert_alerts(dag.get_task("promote").on_success_callback, "promoted")  # and so does a promotion
     assert not dag.get_task("retire").on_success_callback
     verdict = dag.get_task("release_complete")
     assert verdict.upstream_task_ids == {"retire", "rollback"} and verdict.trigger_rule == "none_failed"
-    # The report runs after everything as a teardown: release_complete stays the only leaf that decides the
-    # run's state (Airflow leaves teardowns out of it), so a report problem never turns a verdict.
+    # The report runs once the release is decided (promotion or rollback), as a teardown: Airflow leaves it out
+    # of the run's state, so release_complete stays the verdict and a report problem never turns it.
     report = dag.get_task("report")
     assert report.is_teardown and not report.on_failure_fail_dagrun and not report.downstream_task_ids
-    assert report.upstream_task_ids == {"retire", "rollback", "release_complete"}
+    assert report.upstream_task_ids == {"promote", "rollback"}
     assert report.arguments == ["--end", "{{ data_interval_end.isoformat() }}"]
-    assert [t.task_id for t in dag.tasks if not t.downstream_task_ids] == ["report"]
-    assert verdict.downstream_task_ids == {"report"}
+    leaves = {t.task_id for t in dag.tasks if not t.downstream_task_ids}
+    assert leaves == {"release_complete", "report"}
+    assert {t.task_id for t in dag.tasks if not t.downstream_task_ids and not t.is_teardown} == {"release_complete"}
     params = dag.params
     assert params["rollout_plan"] == "config/rollout_plan.yaml"
     assert params.get_param("rollout_profile").schema["enum"] == ["production", "demo"]
