@@ -7,7 +7,6 @@ rollout record) is best-effort: a failing lookup is logged and left out, it neve
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -173,19 +172,18 @@ def _report_url(key: str | None) -> str | None:
 def rollout_numbers(ti: Any, key: str | None) -> dict[str, Any]:
     """Candidate, stable, stage and reason: the task's own XCom result first, then this run's rollout record."""
     numbers: dict[str, Any] = {}
-    record = _best_effort("rollout record", lambda: _rollout_record(key)) or {}
-    if record:
-        stages = record.get("plan", {}).get("stages", [])
-        stage = record.get("stage")
+    record = _best_effort("rollout record", lambda: _rollout_record(key))
+    if record is not None:
+        stages = record.plan.stages
         numbers.update(
-            candidate_version=record.get("candidate_version"),
-            stable_version=record.get("stable_version"),
-            stage=stage + 1 if isinstance(stage, int) else None,
+            candidate_version=record.candidate_version,
+            stable_version=record.stable_version,
+            stage=record.stage + 1,
             stages=len(stages) or None,
-            stage_name=stages[stage].get("name") if isinstance(stage, int) and 0 <= stage < len(stages) else None,
-            phase=record.get("phase"),
-            reason=record.get("reason") or None,
-            excluded_cohorts=list(record.get("excluded_cohorts") or []),
+            stage_name=stages[record.stage].name if 0 <= record.stage < len(stages) else None,
+            phase=str(record.phase),
+            reason=record.reason or None,
+            excluded_cohorts=list(record.excluded_cohorts),
         )
     result = _best_effort("task result (XCom)", lambda: _task_result(ti))
     if isinstance(result, dict):
@@ -210,23 +208,16 @@ def _task_result(ti: Any) -> Any:
     return pull(task_ids=ti.task_id)
 
 
-def _rollout_record(key: str | None) -> dict[str, Any] | None:
-    """The stored rollout record as plain JSON, when it belongs to run `key`.
-
-    Read as JSON on purpose: importing `mlrelease.rollout.store` pulls in scipy (guardrails), ~2 s per callback.
-    The path is the store's: `$MLRELEASE_HOME/rollout/<model>.json`.
-    """
+def _rollout_record(key: str | None) -> Any:
+    """The stored rollout record (a RolloutRecord), when it belongs to run `key`."""
     if key is None:
         return None
     from mlrelease.registry import MODEL_NAME
+    from mlrelease.rollout.store import RolloutStore
     from mlrelease.settings import Settings
 
-    path = Settings.from_env().home / "rollout" / f"{MODEL_NAME}.json"
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    if not isinstance(record, dict) or record.get("run_key") != key:
+    record = RolloutStore.from_settings(Settings.from_env(), MODEL_NAME).read()
+    if record is None or record.run_key != key:
         return None  # another run's rollout: its numbers would mislead
     return record
 

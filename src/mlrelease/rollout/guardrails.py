@@ -10,8 +10,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-
-from scipy.stats import ks_2samp
+from typing import Any
 
 from mlrelease.rollout.plan import Guardrail
 
@@ -80,13 +79,21 @@ def measure(metric: str, window: CohortWindow, reference: CohortWindow) -> float
     if metric == "p50_latency_ratio":
         return window.p50_latency_s / reference.p50_latency_s if reference.p50_latency_s > 0 else float("inf")
     if metric == "prediction_shift_ks":
-        return float(ks_2samp(window.predictions, reference.predictions).statistic)
+        return float(_ks_test(window, reference).statistic)
     raise ValueError(f"unknown guardrail metric {metric!r}")
 
 
 def ks_pvalue(window: CohortWindow, reference: CohortWindow) -> float:
     """The two-sample KS test's p-value for the two windows' predictions."""
-    return float(ks_2samp(window.predictions, reference.predictions).pvalue)
+    return float(_ks_test(window, reference).pvalue)
+
+
+def _ks_test(window: CohortWindow, reference: CohortWindow) -> Any:
+    # Imported here: scipy costs ~2 s, and everything that only reads or writes rollout records (the
+    # store, the alert callbacks in Airflow) imports this module through the state machine.
+    from scipy.stats import ks_2samp
+
+    return ks_2samp(window.predictions, reference.predictions)
 
 
 def threshold(guardrail: Guardrail, stable_history: Sequence[float]) -> tuple[float, str]:
