@@ -60,7 +60,7 @@ def rollout_record(settings: Settings, key: str) -> RolloutRecord | None:
     if current is not None and current.run_key == key:
         return current
     found = []
-    for path in sorted((store.directory / "history").glob(f"{MODEL_NAME}-v*-{key}.json")):
+    for path in store.archived_paths(key):
         try:
             found.append(RolloutRecord.model_validate_json(path.read_bytes()))
         except ValidationError as exc:

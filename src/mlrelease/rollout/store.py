@@ -107,7 +107,7 @@ class RolloutStore:
     """The rollout record of one model in `<home>/rollout/<model>.json`; finished ones are archived beside it."""
 
     def __init__(self, directory: Path, model: str) -> None:
-        self.directory = directory
+        self.directory, self.model = directory, model
         self.path = directory / f"{model}.json"
         self._lock = directory / f"{model}.lock"
 
@@ -137,9 +137,15 @@ class RolloutStore:
             new = new.model_copy(update={"revision": (current.revision if current else 0) + 1})
             write_text_atomic(self.path, new.model_dump_json(indent=2) + "\n")
             if not new.active:
-                name = f"{new.model}-v{new.candidate_version}-{new.run_key}.json"
-                write_text_atomic(self.directory / "history" / name, new.model_dump_json(indent=2) + "\n")
+                write_text_atomic(self._archive_path(new), new.model_dump_json(indent=2) + "\n")
             return new
+
+    def _archive_path(self, record: RolloutRecord) -> Path:
+        return self.directory / "history" / f"{record.model}-v{record.candidate_version}-{record.run_key}.json"
+
+    def archived_paths(self, run_key: str) -> list[Path]:
+        """The archived records of run `run_key` (a rerun of the interval with a new candidate archives another)."""
+        return sorted((self.directory / "history").glob(f"{self.model}-v*-{run_key}.json"))
 
     def begin(self, proposed: RolloutRecord) -> RolloutRecord:
         """Start `proposed`, or resume it when the same run already started it; refuse while another is active."""
