@@ -108,13 +108,6 @@ class FakeKubeApi:
             self._control(obj)
             obj["metadata"]["resourceVersion"] = self._next_version()
 
-    def touch(self, namespace: str, name: str, **labels: str) -> None:
-        """Another writer changes the object (a label), moving its resourceVersion on."""
-        with self._lock:
-            obj = self.objects[(namespace, name)]
-            obj["metadata"].setdefault("labels", {}).update(labels)
-            obj["metadata"]["resourceVersion"] = self._next_version()
-
     def _next_version(self) -> str:
         self._resource_version += 1
         return str(self._resource_version)

@@ -36,6 +36,7 @@ from mlrelease_airflow.notify_alert import (
 )
 
 SMTP_CONN_ID = "mlrelease_smtp"
+DEFAULT_PORTS = {"ssl": 465, "starttls": 587, "none": 25}  # by security mode
 SMTP_URL_ENV = "MLRELEASE_SMTP_URL"
 EMAIL_TO_ENV = "MLRELEASE_ALERT_EMAIL_TO"
 EMAIL_FROM_ENV = "MLRELEASE_ALERT_EMAIL_FROM"
@@ -93,7 +94,7 @@ def settings_from_url(url: str, *, source: str = SMTP_URL_ENV) -> SmtpSettings:
     else:
         security = "starttls" if _flag(options.get("starttls", ["true"])[0]) else "none"
     try:
-        port = parts.port or {"ssl": 465, "starttls": 587, "none": 25}[security]
+        port = parts.port or DEFAULT_PORTS[security]
         timeout = float(options.get("timeout", ["30"])[0])
     except ValueError as exc:
         raise AlertDeliveryError(f"{source}: bad port or timeout ({exc})") from None
@@ -122,7 +123,7 @@ def settings_from_connection(conn: Any) -> SmtpSettings:
     else:
         security = "ssl"
     try:
-        port = int(conn.port or {"ssl": 465, "starttls": 587, "none": 25}[security])
+        port = int(conn.port or DEFAULT_PORTS[security])
         timeout = float(extra.get("timeout", 30))
     except ValueError as exc:
         raise AlertDeliveryError(f"SMTP connection {conn.conn_id!r}: bad port or timeout ({exc})") from None
