@@ -638,11 +638,11 @@ def test_deploy_render_streams_yaml_and_check_summarises(
 
 
 def test_httproute_mode_renders_a_valid_route_apart_and_the_router_config_the_steps_mount(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], step_pod: dict[str, Any]
 ) -> None:
     from mlrelease.rollout.httproute import HTTPRouteConfig, routing_from_route
     from mlrelease.rollout.traffic_router import Routing
-    from mlrelease_airflow.pod_spec import CONFIG_MOUNT, ClusterSettings
+    from mlrelease_airflow.pod_spec import ClusterSettings
     from tests.gateway_api_schema import validate_gateway_api
 
     raw = httproute_raw()
@@ -669,7 +669,13 @@ def test_httproute_mode_renders_a_valid_route_apart_and_the_router_config_the_st
     assert (config.name, config.namespace) == (values.routing.httpRoute.name, values.route_namespace)
     # The step pods mount that ConfigMap where the router looks for its config.
     assert ClusterSettings.from_env().gateway_config_map == values.gateway.configMap
-    assert CONFIG_MOUNT == "/etc/mlrelease/gateway"
+    # ...at the path where the router reads its config (the pod the operator really builds).
+    main = next(c for c in step_pod["spec"]["containers"] if c["name"] == "base")
+    volume = next(
+        v["name"] for v in step_pod["spec"]["volumes"] if v.get("configMap", {}).get("name") == values.gateway.configMap
+    )
+    mount = next(m["mountPath"] for m in main["volumeMounts"] if m["name"] == volume)
+    assert {"name": "MLRELEASE_HTTPROUTE_CONFIG", "value": f"{mount}/httproute.yaml"} in main["env"]
 
 
 def test_gateway_mode_has_no_route_and_no_router_config(shipped: tuple[DeployValues, list[dict[str, Any]]]) -> None:
