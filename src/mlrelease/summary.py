@@ -24,7 +24,8 @@ TASK_ORDER = (
 )
 
 
-def _detail(task: str, result: dict[str, Any]) -> str:
+def step_detail(task: str, result: dict[str, Any]) -> str:
+    """One line of what a pipeline step did, from its result (the summary's and the report's step table)."""
     if task == "materialize":
         views = ", ".join(f"{v} {d['rows_written']}" for v, d in result.get("views", {}).items())
         return f"{result.get('rows_written')} rows written ({views}) in {result.get('duration_s')} s"
@@ -67,7 +68,8 @@ ROLLOUT_ORDER = (
 )
 
 
-def _rollout_detail(task: str, result: dict[str, Any]) -> str:
+def rollout_detail(task: str, result: dict[str, Any]) -> str:
+    """One line of what a rollout step did, from its result."""
     if task == "shadow":
         return (
             f"{result.get('disagreement_share', 0):.1%} of {result.get('rows')} replayed orders differ, "
@@ -99,7 +101,7 @@ def rollout_lines(settings: Settings, end: datetime, outcomes: dict[str, dict[st
     if not any(task in outcomes for task in ROLLOUT_ORDER):
         return []
     lines = ["", "  rollout"]
-    lines += [_outcome_line(task, outcomes[task], _rollout_detail) for task in ROLLOUT_ORDER if task in outcomes]
+    lines += [_outcome_line(task, outcomes[task], rollout_detail) for task in ROLLOUT_ORDER if task in outcomes]
     from mlrelease.registry import MODEL_NAME
     from mlrelease.rollout.store import RolloutStore
 
@@ -135,7 +137,7 @@ def format_summary(settings: Settings, end: datetime) -> str:
     lines = [f"nightly_release — data interval ending {end.isoformat()}", ""]
     for task in [*TASK_ORDER, *sorted(set(outcomes) - set(TASK_ORDER) - set(ROLLOUT_ORDER))]:
         outcome = outcomes.get(task)
-        lines.append(f"  {task:<16} not run" if outcome is None else _outcome_line(task, outcome, _detail))
+        lines.append(f"  {task:<16} not run" if outcome is None else _outcome_line(task, outcome, step_detail))
     bench = outcomes.get("benchmark", {}).get("result", {})
     if bench.get("levels"):
         lines += ["", "  perf_analyzer (median of rounds)  concurrency  infer/s   p50 ms   p99 ms"]

@@ -26,7 +26,7 @@ from mlrelease.report.verdict import decide
 from mlrelease.rollout.store import RolloutRecord
 from mlrelease.serving.perf import Level
 from mlrelease.settings import Settings
-from mlrelease.summary import ROLLOUT_ORDER, TASK_ORDER, _detail, _rollout_detail
+from mlrelease.summary import ROLLOUT_ORDER, TASK_ORDER, rollout_detail, step_detail
 from mlrelease.timewindow import parse_run_key
 
 Outcomes = dict[str, dict[str, Any]]
@@ -192,7 +192,7 @@ def step_lines(outcomes: Outcomes) -> tuple[StepLine, ...]:
                 lines.append(StepLine(task, "not run", ""))
             continue
         if outcome["status"] == "success":
-            detail_of = _rollout_detail if task in ROLLOUT_ORDER else _detail
+            detail_of = rollout_detail if task in ROLLOUT_ORDER else step_detail
             try:
                 detail = detail_of(task, outcome.get("result") or {})
             except (KeyError, TypeError, ValueError):  # an older result shape: the status is still worth a line
