@@ -29,7 +29,7 @@ ROWS_PER_DAY ?= 2000
 # Corrupt the run's window to watch a gate stop the release: make run INJECT=drift (nulls|drift|schema|stale|duplicates)
 INJECT ?=
 
-.PHONY: help setup run test test-fast lint bench clean
+.PHONY: help setup system-run system-test run test test-fast lint bench clean
 
 help:
 	@echo "make run    - set up if needed, then run the nightly_release DAG end-to-end (embedded default)"
@@ -46,7 +46,6 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 
 $(TRITON_VENV)/.installed: requirements-triton.lock
 	@command -v uv >/dev/null 2>&1 || python3 -m pip install -q uv
-	@ldconfig -p | grep -q libb64.so.0d || { echo "perf_analyzer needs libb64: apt-get install libb64-0d"; exit 1; }
 	uv venv -q --allow-existing --python $(PYTHON_VERSION) $(TRITON_VENV)
 	uv pip sync -q --python $(TRITON_VENV)/bin/python requirements-triton.lock
 	@touch $@
@@ -62,7 +61,14 @@ $(AIRFLOW_HOME)/airflow.db: $(VENV)/.installed
 	@mkdir -p $(AIRFLOW_HOME)
 	airflow db migrate > $(AIRFLOW_HOME)/db-migrate.log 2>&1 || { tail -20 $(AIRFLOW_HOME)/db-migrate.log; exit 1; }
 
-setup: $(VENV)/.installed $(TRITON_VENV)/.installed $(AIRFLOW_HOME)/airflow.db
+# System packages first, before any other work: installed as root, otherwise one command to run is printed.
+system-run:
+	@scripts/system_packages.sh run
+
+system-test:
+	@scripts/system_packages.sh test
+
+setup: system-run $(VENV)/.installed $(TRITON_VENV)/.installed $(AIRFLOW_HOME)/airflow.db
 
 run: setup
 	@echo "==> synthetic parcel data, $(HISTORY_DAYS) days of history up to $(DATE)"
@@ -74,11 +80,10 @@ run: setup
 		INJECT=$(INJECT) INJECT_START=$$(date -u -d "$(DATE) -1 days" +%F) DATE=$(DATE) ROWS_PER_DAY=$(ROWS_PER_DAY) \
 		scripts/release_demo.sh
 
-test: setup $(NODE_TOOLS) lint
-	python3 -c "import shutil,sys; sys.exit(0 if shutil.which('redis-server') else 'redis-server is required for the tests: apt-get install redis-server')"
+test: system-test setup $(NODE_TOOLS) lint
 	pytest tests
 
-test-fast: setup $(NODE_TOOLS)
+test-fast: system-test setup $(NODE_TOOLS)
 	pytest -m "not e2e" tests
 
 lint: setup

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The Debian packages `make run` (run) and `make test` (test) need, installed when missing.
+# As root they are installed with apt-get (once; a no-op afterwards); otherwise this stops at once,
+# before any other work, with the one command to run.
+set -euo pipefail
+purpose="${1:-run}"
+need=()
+# redis-server: the Redis online store and routing store; libb64-0d: the real perf_analyzer links against it.
+command -v redis-server > /dev/null 2>&1 || need+=(redis-server)
+ldconfig -p 2> /dev/null | grep -q libb64.so.0d || need+=(libb64-0d)
+if [ "$purpose" = test ]; then
+  # chromium: the release report and Airflow's trigger form are looked at in a real headless browser;
+  # prometheus: promtool checks the alert rules; nodejs/npm: the Gateway API schema validator (tests/tools).
+  command -v chromium > /dev/null 2>&1 || need+=(chromium)
+  command -v promtool > /dev/null 2>&1 || need+=(prometheus)
+  command -v npm > /dev/null 2>&1 || need+=(nodejs npm)
+fi
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "mlrelease needs system packages that are missing; run: sudo apt-get update && sudo apt-get install -y ${need[*]}" >&2
+  exit 1
+fi
+echo "==> installing system packages: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${need[@]}" > /dev/null
