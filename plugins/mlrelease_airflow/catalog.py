@@ -74,8 +74,9 @@ STEPS: dict[str, StepPod] = {
         resources=SMALL,
         routes_traffic=True,
     ),
+    # One look per pod (`--tick`): while undecided the operator defers until the step's next_check_at.
     "analyze": StepPod(
-        "analyze", args=RELEASE_ARGS, resources=Resources(cpu="500m", memory="1Gi"), routes_traffic=True
+        "analyze", args=(*RELEASE_ARGS, "--tick"), resources=Resources(cpu="500m", memory="1Gi"), routes_traffic=True
     ),
     "promote": StepPod("promote", args=RELEASE_ARGS, resources=SMALL, routes_traffic=True),
     "retire": StepPod("retire", args=RELEASE_ARGS, resources=SMALL, routes_traffic=True),

@@ -6,6 +6,7 @@ import functools
 from typing import Any
 
 from mlrelease_airflow.pod_spec import CONFIG_MOUNT, STATE_MOUNT, XCOM_PATH, ClusterSettings, StepPod
+from mlrelease_airflow.ticks import defer_until_next_check
 
 EXIT_GATE_FAILED = 3  # mlrelease.cli: a gate decided against the data or the model
 EXIT_SKIPPED = 4  # mlrelease.cli: nothing to do; KPO's skip_on_exit_code turns it into a skipped task
@@ -30,7 +31,19 @@ def step_pod_operator_class() -> type:
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
     class StepPodOperator(KubernetesPodOperator):
-        """A step pod; exit 3 means the same inputs would get the same verdict, so retrying is pointless."""
+        """A step pod; exit 3 means the same inputs would get the same verdict, so retrying is pointless.
+
+        A tick step (the stage analysis) that has not decided defers until its next check, then runs a new pod.
+        """
+
+        def execute(self, context: Any) -> Any:
+            result = super().execute(context)
+            defer_until_next_check(self, result)
+            return result
+
+        def execute_again(self, context: Any, event: Any = None) -> Any:
+            """Resume after a deferral: run the tick step's pod again."""
+            return self.execute(context)
 
         def cleanup(self, pod: Any, remote_pod: Any, *args: Any, **kwargs: Any) -> None:
             try:

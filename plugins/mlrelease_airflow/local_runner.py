@@ -19,6 +19,7 @@ from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic
 from mlrelease.timewindow import run_key
 from mlrelease_airflow.pod_spec import StepPod
+from mlrelease_airflow.ticks import defer_until_next_check
 
 EXIT_GATE_FAILED = 3  # mlrelease.cli: a gate decided against the data or the model
 EXIT_SKIPPED = 4  # mlrelease.cli: nothing to do (first release, a paused rollout): skip this task and downstream
@@ -61,7 +62,12 @@ class LocalStepOperator(BaseOperator):
             self._record(context, {"status": "failed", "error": str(exc)})
             raise
         self._record(context, {"status": "success", "result": result})
+        defer_until_next_check(self, result)
         return result
+
+    def execute_again(self, context: Any, event: Any = None) -> Any:
+        """Resume after a deferral: run the (tick) step again."""
+        return self.execute(context)
 
     def _run(self, context: Any) -> Any:
         cmds = self.pod.cmds

@@ -169,7 +169,9 @@ def _step_rollout_stage(args: argparse.Namespace, settings: Settings) -> dict[st
 def _step_analyze(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.steps.rollout import analyze
 
-    return analyze(settings, _stage(args), _model_version(args.model_version), _run_key(args), poll_s=args.poll_s)
+    return analyze(
+        settings, _stage(args), _model_version(args.model_version), _run_key(args), tick=args.tick, poll_s=args.poll_s
+    )
 
 
 def _step_promote(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -253,7 +255,12 @@ def _add_rollout_steps(steps: Any) -> None:
     st.add_argument("--plan", default="", help="rollout plan YAML (default config/rollout_plan.yaml)")
     an = release("analyze", "judge one stage's guardrails and act (advance, roll back, pause)", _step_analyze)
     an.add_argument("--stage", type=int, required=True, help="stage number, from 1")
-    an.add_argument("--poll-s", type=float, default=5.0, help="seconds between analyses while more traffic is needed")
+    an.add_argument(
+        "--tick", action="store_true", help="look once: exit 0 with decided=false and next_check_at if undecided"
+    )
+    an.add_argument(
+        "--poll-s", type=float, default=None, help="without --tick: seconds between looks (default: the stage's)"
+    )
     release("promote", "make the candidate champion once every stage passed", _step_promote)
     release("retire", "unload the previous champion after the keep window", _step_retire)
     hand = steps.add_parser("manual-release", help="a human's rollback to a version, abort, or paused promotion")

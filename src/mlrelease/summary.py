@@ -73,7 +73,8 @@ def rollout_detail(task: str, result: dict[str, Any]) -> str:
     if task == "shadow":
         return (
             f"{result.get('disagreement_share', 0):.1%} of {result.get('rows')} replayed orders differ, "
-            f"KS p={result.get('ks_pvalue', float('nan')):.2g}, p95 ratio {result.get('p95_latency_ratio')}"
+            f"KS p={result.get('ks_pvalue', float('nan')):.2g}, latency ratio {result.get('latency_ratio')} "
+            f"(band {result.get('latency_ratio_band')}, {result.get('latency_pairs')} pairs)"
         )
     if task.startswith("rollout_stage"):
         return (
@@ -81,10 +82,19 @@ def rollout_detail(task: str, result: dict[str, Any]) -> str:
         )
     if task.startswith("analyze"):
         verdicts = ", ".join(f"{c} {v}" for c, v in (result.get("verdicts") or {}).items())
-        return f"{result.get('action')} ({verdicts})"
+        return f"{result.get('action')} ({verdicts}) {_decided_after(result)}".rstrip()
     if task == "promote":
         return f"v{result.get('model_version')} is champion (was v{result.get('previous_version')})"
     return str(result.get("status", ""))
+
+
+def _decided_after(result: dict[str, Any]) -> str:
+    """'after N s' for an analysis that recorded when its stage opened and when it decided."""
+    opened, decided = result.get("opened_at"), result.get("decided_at")
+    if not (opened and decided):
+        return ""
+    seconds = (datetime.fromisoformat(decided) - datetime.fromisoformat(opened)).total_seconds()
+    return f"after {seconds:.0f} s"
 
 
 def _outcome_line(task: str, outcome: dict[str, Any], detail: Callable[[str, dict[str, Any]], str]) -> str:

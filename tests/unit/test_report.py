@@ -109,9 +109,12 @@ def write_shadow(home: Path) -> None:
         "disagreement_by_cohort": {"core": 0.01, "high_value": 0.0, "long_tail": 0.065},
         "ks_statistic": 0.038,
         "ks_pvalue": 0.4659,
-        "p95_latency_ratio": 0.902,
-        "p95_noise_ratio": 1.119,
-        "p95_latency_ms": {"1": 4.629, "2": 4.599},
+        "latency_ratio": 0.991,
+        "latency_ratio_band": [0.952, 1.031],
+        "latency_tolerance": 0.1,
+        "latency_pairs": 600,
+        "latency_verdict": "pass",
+        "median_latency_ms": {"1": 1.629, "2": 1.599},
         "non_finite": 0,
         "status": "passed",
     }
@@ -121,19 +124,22 @@ def write_shadow(home: Path) -> None:
 
 def plan() -> RolloutPlan:
     """Three stages like the shipped plan: high_value, then long_tail (cohort rollback), then everyone."""
-    rail = (Guardrail(metric="low_confidence_share", max=0.15), Guardrail(metric="error_rate", max=0.001))
-    durations = {"production": 3600.0, "demo": 20.0}
+    rail = (
+        Guardrail(metric="low_confidence_share", bad="higher", tolerance=0.0, limit=0.15),
+        Guardrail(metric="error_rate", bad="higher", tolerance=0.001),
+    )
+    spans = {"min_exposure_s": {"production": 1800.0, "demo": 20.0}, "max_exposure_s": {"production": 3600.0, "demo": 60.0}}
     return RolloutPlan(
         stages=(
-            Stage(name="high_value", candidate_percent={"high_value": 100.0}, duration_s=durations, guardrails=rail),
+            Stage(name="high_value", candidate_percent={"high_value": 50.0}, guardrails=rail, **spans),
             Stage(
                 name="long_tail",
-                candidate_percent={"high_value": 100.0, "long_tail": 100.0},
-                duration_s=durations,
+                candidate_percent={"high_value": 50.0, "long_tail": 50.0},
                 guardrails=rail,
                 on_breach="rollback_cohort",
+                **spans,
             ),
-            Stage(name="everyone", candidate_percent={"*": 95.0}, duration_s=durations, guardrails=rail),
+            Stage(name="everyone", candidate_percent={"*": 95.0}, guardrails=rail, **spans),
         )
     )
 

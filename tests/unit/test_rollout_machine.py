@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from mlrelease.rollout.guardrails import Verdict
 from mlrelease.rollout.machine import (
     ActionKind,
     Phase,
     RolloutState,
     apply,
     candidate_percent,
+    exposure,
     next_action,
 )
 from mlrelease.rollout.plan import load_plan
+from mlrelease.verdicts.decide import Verdict
 
 PLAN = load_plan()
 T0 = datetime(2026, 11, 29, 2, tzinfo=UTC)
@@ -71,18 +72,27 @@ def test_a_breach_on_everyone_cannot_be_a_cohort_rollback():
     assert action.kind is ActionKind.ROLLBACK_ALL
 
 
-def test_the_stage_waits_for_its_duration_then_for_analysis():
+def test_a_pass_waits_for_the_minimum_exposure_and_a_fail_acts_at_once():
     opened = RolloutState(candidate_version=2, stable_version=1, stage_opened_at=T0)
-    assert next_action(opened, PLAN, "production", T0 + timedelta(minutes=59), PASS).kind is ActionKind.WAIT
-    assert next_action(opened, PLAN, "production", T0 + timedelta(minutes=61), None).kind is ActionKind.WAIT
-    assert next_action(opened, PLAN, "production", T0 + timedelta(minutes=61), PASS).kind is ActionKind.ADVANCE
+    early = T0 + timedelta(minutes=5)  # production minimum exposure: 30 minutes
+    assert next_action(opened, PLAN, "production", early, PASS).kind is ActionKind.WAIT
+    assert next_action(opened, PLAN, "production", early, None).kind is ActionKind.WAIT
+    failed = next_action(opened, PLAN, "production", early, {**PASS, "high_value": Verdict.FAIL})
+    assert failed.kind is ActionKind.ROLLBACK_ALL
+    assert next_action(opened, PLAN, "production", T0 + timedelta(minutes=31), PASS).kind is ActionKind.ADVANCE
 
 
-def test_inconclusive_extends_then_pauses():
+def test_an_open_question_continues_and_an_inconclusive_one_pauses():
     opened = RolloutState(candidate_version=2, stable_version=1, stage_opened_at=T0)
+    open_ = {**PASS, "high_value": Verdict.CONTINUE}
+    waiting = next_action(opened, PLAN, "demo", T0 + timedelta(seconds=45), open_)
+    assert waiting.kind is ActionKind.WAIT and "high_value not decided yet" in waiting.reason
+    assert exposure(opened, PLAN, "demo", T0 + timedelta(seconds=29)) == (False, False)
+    assert exposure(opened, PLAN, "demo", T0 + timedelta(seconds=89)) == (True, False)
+    assert exposure(opened, PLAN, "demo", T0 + timedelta(seconds=90)) == (True, True)
+    # at the maximum exposure the analysis turned open questions into the plan's on_inconclusive
     thin = {**PASS, "high_value": Verdict.INCONCLUSIVE}
-    assert next_action(opened, PLAN, "demo", T0 + timedelta(seconds=25), thin).kind is ActionKind.WAIT
-    paused = next_action(opened, PLAN, "demo", T0 + timedelta(seconds=61), thin)
+    paused = next_action(opened, PLAN, "demo", T0 + timedelta(seconds=91), thin)
     assert paused.kind is ActionKind.PAUSE and "inconclusive" in paused.reason
 
 

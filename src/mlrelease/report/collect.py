@@ -23,7 +23,7 @@ from mlrelease.report.model import (
 )
 from mlrelease.report.timeline import rollout_section
 from mlrelease.report.verdict import decide
-from mlrelease.rollout.store import RolloutRecord
+from mlrelease.rollout.store import RolloutRecord, RolloutStore
 from mlrelease.serving.perf import Level
 from mlrelease.settings import Settings
 from mlrelease.summary import ROLLOUT_ORDER, TASK_ORDER, rollout_detail, step_detail
@@ -173,10 +173,12 @@ def shadow(settings: Settings, key: str, outcomes: Outcomes, record: RolloutReco
         ks_statistic=report.get("ks_statistic"),
         ks_pvalue=report.get("ks_pvalue"),
         min_ks_pvalue=spec.min_ks_pvalue if spec else None,
-        p95_latency_ratio=report.get("p95_latency_ratio"),
-        max_p95_latency_ratio=spec.max_p95_latency_ratio if spec else None,
-        p95_noise_ratio=report.get("p95_noise_ratio"),
-        p95_latency_ms={str(v): float(ms) for v, ms in (report.get("p95_latency_ms") or {}).items()},
+        latency_ratio=report.get("latency_ratio"),
+        latency_ratio_band=tuple(report.get("latency_ratio_band") or ()),
+        latency_tolerance=report.get("latency_tolerance"),
+        latency_pairs=report.get("latency_pairs"),
+        latency_verdict=str(report.get("latency_verdict", "")),
+        median_latency_ms={str(v): float(ms) for v, ms in (report.get("median_latency_ms") or {}).items()},
         non_finite=int(report.get("non_finite", 0)),
     )
 
@@ -238,6 +240,7 @@ def collect(
             outcomes,
             known_cohorts=shadow_section.by_cohort,
             decisions_dir=settings.home / "gateway" / "decisions",
+            evidence=RolloutStore.from_settings(settings, MODEL_NAME).read_evidence(record) if record else (),
         ),
         mlflow=mlflow or MlflowRef(),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from mlrelease.serving.perf import Level
 
@@ -131,10 +132,12 @@ class Shadow(Section):
     ks_statistic: float | None = None
     ks_pvalue: float | None = None
     min_ks_pvalue: float | None = None
-    p95_latency_ratio: float | None = None
-    max_p95_latency_ratio: float | None = None
-    p95_noise_ratio: float | None = None
-    p95_latency_ms: dict[str, float] = field(default_factory=dict)
+    latency_ratio: float | None = None  # geometric-mean latency ratio of interleaved call pairs
+    latency_ratio_band: tuple[float, ...] = ()  # its anytime-valid (1 − α) band
+    latency_tolerance: float | None = None
+    latency_pairs: int | None = None
+    latency_verdict: str = ""
+    median_latency_ms: dict[str, float] = field(default_factory=dict)
     non_finite: int = 0
 
 
@@ -166,6 +169,7 @@ class GuardrailRow:
     threshold: float | None
     verdict: str
     reason: str
+    band: dict[str, Any] = field(default_factory=dict)  # estimate, lower, upper, samples (confidence sequence)
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,22 @@ class ServedPoint:
     calls: int
 
 
+@dataclass(frozen=True)
+class EvidencePoint:
+    """One tick of one contract on one cohort: the estimate and its confidence band (the trail the report plots)."""
+
+    stage: int  # 0-based
+    elapsed_s: float
+    cohort: str
+    metric: str
+    contract: str
+    verdict: str
+    estimate: float
+    lower: float
+    upper: float
+    tolerance: float
+
+
 @dataclass(frozen=True, kw_only=True)
 class Rollout(Section):
     """The staged rollout: planned shares over time, markers, guardrails per stage, and served traffic."""
@@ -208,6 +228,7 @@ class Rollout(Section):
     stages: tuple[StageAnalysis, ...] = ()
     served: dict[str, tuple[ServedPoint, ...]] = field(default_factory=dict)
     served_note: str = ""
+    evidence: tuple[EvidencePoint, ...] = ()
 
 
 @dataclass(frozen=True)

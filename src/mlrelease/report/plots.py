@@ -194,6 +194,51 @@ def rollout_plot(report: ReleaseReport, out: Path) -> str | None:
     return _save(fig, out)
 
 
+RELATIVE_METRICS = ("latency", "prediction_shift")
+
+
+def evidence_plot(report: ReleaseReport, out: Path) -> str | None:
+    """Per stage and contract: each cohort's estimate and confidence band over time, the tolerance, the decision."""
+    import math
+
+    points = report.rollout.evidence
+    if not points:
+        return None
+    stages = sorted({p.stage for p in points})
+    contracts = {s: sorted({p.contract for p in points if p.stage == s}) for s in stages}
+    cols = max(len(c) for c in contracts.values())
+    fig = _figure(3.2 * cols, 2.6 * len(stages))
+    names = report.rollout.stages
+    for row, stage in enumerate(stages):
+        decided = max(p.elapsed_s for p in points if p.stage == stage)
+        for col, contract in enumerate(contracts[stage]):
+            ax: Axes = fig.add_subplot(len(stages), cols, row * cols + col + 1)
+            mine = [p for p in points if p.stage == stage and p.contract == contract]
+            relative = mine[0].metric in RELATIVE_METRICS
+            scale = (lambda x: 100 * math.expm1(x)) if relative else (lambda x: 100 * x)  # % or pp
+            for i, cohort in enumerate(sorted({p.cohort for p in mine})):
+                series = sorted((p for p in mine if p.cohort == cohort), key=lambda p: p.elapsed_s)
+                t = [p.elapsed_s for p in series]
+                ax.plot(t, [scale(p.estimate) for p in series], color=f"C{i}", label=cohort, linewidth=1.2)
+                ax.fill_between(
+                    t, [scale(p.lower) for p in series], [scale(p.upper) for p in series], color=f"C{i}", alpha=0.2
+                )
+            tolerance = scale(mine[0].tolerance)
+            ax.axhline(tolerance, color=FAIL, linestyle="--", linewidth=1)
+            if "±" in contract:
+                ax.axhline(-tolerance, color=FAIL, linestyle="--", linewidth=1)
+            ax.axvline(decided, color="black", linewidth=1)
+            title = names[stage].name if stage < len(names) else f"stage {stage + 1}"
+            ax.set_title(f"{title}: {contract}", fontsize=7)
+            ax.set_xlabel("s since the stage opened", fontsize=7)
+            ax.set_ylabel("% shift" if relative else "pp vs reference", fontsize=7)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+            if col == 0:
+                ax.legend(fontsize=6, loc="best")
+    return _save(fig, out)
+
+
 PLOTS = {
     "data_quality_drift.png": drift_plot,
     "data_quality_freshness.png": freshness_plot,
@@ -201,6 +246,7 @@ PLOTS = {
     "benchmark.png": benchmark_plot,
     "shadow.png": shadow_plot,
     "rollout.png": rollout_plot,
+    "evidence.png": evidence_plot,
 }
 
 

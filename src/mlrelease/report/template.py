@@ -154,10 +154,11 @@ code{font-size:.85rem;background:#f4f4f4;padding:0 .2rem}
 {% endfor %}
 <tr><td>KS statistic (p-value)</td><td class="num">{{ num(sh.ks_statistic, 3) }} (p={{ num(sh.ks_pvalue, 3) }})</td>
 <td class="num">{% if sh.min_ks_pvalue is not none %}p &ge; {{ sh.min_ks_pvalue }}{% endif %}</td></tr>
-<tr><td>p95 latency ratio (candidate / stable)</td><td class="num">{{ num(sh.p95_latency_ratio, 3) }}</td>
-<td class="num">{% if sh.max_p95_latency_ratio is not none %}&le; {{ sh.max_p95_latency_ratio }} {% endif %}
-{% if sh.p95_noise_ratio is not none %}(stable vs itself {{ num(sh.p95_noise_ratio, 3) }}){% endif %}</td></tr>
-{% for v, ms in sh.p95_latency_ms.items() %}<tr><td>p95 latency v{{ v }}</td><td class="num">{{ num(ms, 3) }} ms</td><td></td></tr>
+<tr><td>latency ratio (candidate / stable, {{ sh.latency_pairs }} interleaved pairs)</td>
+<td class="num">{{ num(sh.latency_ratio, 3) }}{% if sh.latency_ratio_band %} (band {{ num(sh.latency_ratio_band[0], 3) }} &hellip; {{ num(sh.latency_ratio_band[1], 3) }}){% endif %}</td>
+<td class="num">{% if sh.latency_tolerance is not none %}&le; {{ num(1 + sh.latency_tolerance, 2) }}{% endif %}
+<span class="{{ sh.latency_verdict }}">{{ sh.latency_verdict }}</span></td></tr>
+{% for v, ms in sh.median_latency_ms.items() %}<tr><td>median latency v{{ v }}</td><td class="num">{{ num(ms, 3) }} ms</td><td></td></tr>
 {% endfor %}
 <tr><td>non-finite predictions</td><td class="num">{{ sh.non_finite }}</td><td class="num">0</td></tr>
 </table>
@@ -182,13 +183,20 @@ if ro.finished_at %}, finished {{ ro.finished_at.isoformat() }}{% endif %}.
 <td class="{{ 'fail' if 'rolled_back' in m.kind else ('pass' if m.kind == 'promoted' else '') }}">{{ m.label }}</td></tr>
 {% endfor %}</table>
 {% endif %}
+{% if ro.evidence %}
+<h3>Evidence</h3>
+<p class="note">Each contract's estimate (candidate against its concurrent control) and its anytime-valid
+confidence band at every analysis tick; dashed: the tolerance; the vertical line: the decision.</p>
+{{ plot("evidence", "estimate and confidence band over time per stage and guardrail, against the tolerance") }}
+{% endif %}
 {% for st in ro.stages %}
 <h3>Stage {{ st.number }} {{ st.name }}: {{ st.action }}</h3>
 <p class="note">{{ st.reason }}{% if st.verdicts %} &mdash; {% for c, v in st.verdicts.items() %}{{ c }}
 <span class="{{ v }}">{{ v }}</span>{% if not loop.last %}, {% endif %}{% endfor %}{% endif %}</p>
-<table><tr><th>cohort</th><th>guardrail</th><th>candidate</th><th>stable</th><th>threshold</th><th>verdict</th></tr>
+<table><tr><th>cohort</th><th>guardrail</th><th>candidate</th><th>stable</th><th>tolerance</th><th>estimate (band)</th><th>verdict</th></tr>
 {% for g in st.guardrails %}<tr><td>{{ g.cohort }}</td><td>{{ g.metric }}</td><td class="num">{{ num(g.candidate, 4) }}</td>
 <td class="num">{{ num(g.stable, 4) }}</td><td class="num">{{ num(g.threshold, 4) }}</td>
+<td class="num">{% if g.band %}{{ num(g.band.estimate, 4) }} ({{ num(g.band.lower, 4) }} &hellip; {{ num(g.band.upper, 4) }}){% endif %}</td>
 <td class="{{ g.verdict }}" title="{{ g.reason }}">{{ g.verdict }}</td></tr>
 {% endfor %}</table>
 {% endfor %}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrelease.report.model import (
+    EvidencePoint,
     GuardrailRow,
     Marker,
     Rollout,
@@ -82,6 +84,7 @@ def _guardrails(results: Iterable[dict[str, Any]]) -> tuple[GuardrailRow, ...]:
             threshold=r.get("threshold"),
             verdict=str(r.get("verdict", "")),
             reason=str(r.get("reason", "")),
+            band=dict(r.get("band") or {}),
         )
         for r in results
     )
@@ -165,6 +168,7 @@ def rollout_section(
     *,
     known_cohorts: Iterable[str] = (),
     decisions_dir: Path | None = None,
+    evidence: Iterable[dict[str, Any]] = (),
 ) -> Rollout:
     """The rollout section of the report; `not reached` when the run never started a rollout."""
     stages = stage_analyses(record, outcomes)
@@ -198,4 +202,32 @@ def rollout_section(
         stages=stages,
         served=served,
         served_note=served_note,
+        evidence=evidence_points(evidence),
     )
+
+
+def evidence_points(ticks: Iterable[dict[str, Any]]) -> tuple[EvidencePoint, ...]:
+    """The stored analysis trail as points (entries with a non-finite band are skipped: nothing to draw)."""
+    points = []
+    for tick in ticks:
+        for entry in tick.get("results") or ():
+            if len(entry) < 8 or not all(isinstance(x, (int, float)) for x in entry[3:7]):
+                continue
+            cohort, metric, verdict, estimate, lower, upper, tolerance, contract = entry[:8]
+            if not all(math.isfinite(x) for x in (estimate, lower, upper)):
+                continue
+            points.append(
+                EvidencePoint(
+                    int(tick["stage"]),
+                    float(tick["elapsed_s"]),
+                    str(cohort),
+                    str(metric),
+                    str(contract),
+                    str(verdict),
+                    float(estimate),
+                    float(lower),
+                    float(upper),
+                    float(tolerance),
+                )
+            )
+    return tuple(points)

@@ -1,32 +1,32 @@
-"""One stage's analysis: every guardrail on every cohort open to the candidate, candidate against stable.
+"""One stage's analysis: every contract on every judged cohort, the candidate against its concurrent control.
 
-The reference is stable on the same cohort and window (for latency: stable's calls of every cohort in the
-same window, since latency depends on load more than on the cohort). Where a stage sends the whole cohort to the
-candidate, stable has no traffic of that cohort in the window, so the reference reaches back before the
-stage opened (up to `LOOKBACK_WINDOWS` stage lengths) for stable's most recent traffic of the cohort; the
-result says which reference it used. Stable's earlier windows also feed the dynamic baselines.
+The control is stable's traffic *of the same cohort in the same window*: every judged cohort keeps a sticky
+slice on stable while the stage runs (the plan refuses a stage without one), so no verdict compares the
+candidate with traffic from another hour or another load. A judged cohort `*` pools every cohort that is
+not rolled back. The gateway's fast guard (hard failures within seconds) turns into a fail on the cohorts
+whose calls failed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from mlrelease.rollout.guardrails import (
-    LATENCY,
+    EMPTY,
     CohortWindow,
     GuardrailResult,
     Verdict,
     evaluate,
-    measure,
+    resolve_inconclusive,
+    result_dict,
     worst,
 )
 from mlrelease.rollout.metrics_source import MetricsSource
 from mlrelease.rollout.plan import Stage
 
-LOOKBACK_WINDOWS = 6
-EMPTY = CohortWindow(requests=0, errors=0, nan=0, low_confidence=0, p99_latency_s=0.0)
+ALL = "*"
 
 
 @dataclass(frozen=True)
@@ -53,25 +53,43 @@ class StageAnalysis:
         return {
             "verdicts": {c: str(v) for c, v in sorted(self.verdicts.items())},
             "samples": self.samples,
-            "results": [
-                {
-                    "cohort": r.cohort,
-                    "metric": r.metric,
-                    "verdict": str(r.verdict),
-                    "candidate": r.candidate,
-                    "stable": r.stable,
-                    "threshold": r.threshold,
-                    "reason": r.reason,
-                }
-                for r in self.results
-            ],
+            "results": [result_dict(r) for r in self.results],
         }
+
+    def evidence(self) -> list[list[Any]]:
+        """Compact per-result evidence for the trail the report plots.
+
+        Each entry: cohort, metric, verdict, estimate, lower, upper, tolerance, contract.
+        """
+        return [
+            [
+                r.cohort,
+                r.metric,
+                str(r.verdict),
+                r.band.get("estimate"),
+                r.band.get("lower"),
+                r.band.get("upper"),
+                r.threshold,
+                r.contract,
+            ]
+            for r in self.results
+            if r.band
+        ]
 
 
 def open_cohorts(stage: Stage, cohorts: tuple[str, ...], excluded: tuple[str, ...]) -> tuple[str, ...]:
     """The cohorts this stage sends some candidate traffic to, minus those already rolled back."""
-    default = stage.candidate_percent.get("*", 0.0)
+    default = stage.candidate_percent.get(ALL, 0.0)
     return tuple(c for c in cohorts if stage.candidate_percent.get(c, default) > 0 and c not in excluded)
+
+
+def _window(current: dict[tuple[str, int], CohortWindow], cohort: str, version: int, pool: tuple[str, ...]) -> Any:
+    if cohort != ALL:
+        return current.get((cohort, version), EMPTY)
+    merged = EMPTY
+    for name in pool:
+        merged = merged.merged(current.get((name, version), EMPTY))
+    return merged
 
 
 def analyze_stage(
@@ -83,74 +101,36 @@ def analyze_stage(
     stable: int,
     opened_at: datetime,
     now: datetime,
+    excluded: tuple[str, ...] = (),
+    exposed_enough: bool = False,
+    final: bool = False,
     tripped: str | None = None,
 ) -> StageAnalysis:
-    """Judge the stage so far; `tripped` is the gateway fast guard's reason when it took the candidate out."""
-    length = max(now - opened_at, timedelta(seconds=1))
-    lookback_start = opened_at - LOOKBACK_WINDOWS * length
+    """Judge the stage so far; `tripped` is the fast guard's reason, if any.
+
+    :param exposed_enough: the stage's minimum exposure is over (`accept` contracts resolve).
+    :param final: the stage is at its maximum exposure (every open question resolves as the plan says).
+
+    :param cohorts: the cohorts the gateway defines.
+    :param excluded: cohorts already rolled back to stable (not judged, not pooled).
+    """
     current = source.windows(opened_at, now)
-    noise = _latency_noise(source, opened_at, now, stable, stage.min_samples)
-    extended = source.windows(lookback_start, now)
-    earlier = [source.windows(opened_at - (k + 1) * length, opened_at - k * length) for k in range(LOOKBACK_WINDOWS)]
+    pool = tuple(c for c in open_cohorts(stage, cohorts, excluded))
     results: list[GuardrailResult] = []
     samples: dict[str, dict[str, int]] = {}
-    for cohort in cohorts:
-        mine = current.get((cohort, candidate), EMPTY)
-        theirs = current.get((cohort, stable), EMPTY)
-        reference = theirs if theirs.requests >= stage.min_samples else extended.get((cohort, stable), EMPTY)
-        # Latency depends on load more than on the cohort: compare with stable's calls in the same window.
-        same_load = current.get(("*", stable), EMPTY)
-        latency_reference = same_load if same_load.requests >= stage.min_samples else reference
-        samples[cohort] = {"candidate": mine.requests, "stable": reference.requests}
-        for guardrail in stage.guardrails:
-            if guardrail.cohorts and cohort not in guardrail.cohorts:
+    for guardrail in stage.guardrails:
+        for cohort in guardrail.cohorts or stage.judged:
+            if cohort in excluded or (cohort != ALL and cohort not in pool):
                 continue
-            history = [
-                measure(guardrail.metric, w[(cohort, stable)], w[(cohort, stable)])
-                for w in earlier
-                if guardrail.baseline == "stable_dynamic"
-                and (cohort, stable) in w
-                and w[(cohort, stable)].requests >= stage.min_samples
-            ]
-            latency = guardrail.metric in LATENCY
-            results.append(
-                evaluate(
-                    guardrail,
-                    cohort,
-                    mine,
-                    latency_reference if latency else reference,
-                    min_samples=stage.min_samples,
-                    stable_history=history,
-                    noise=noise.get(guardrail.metric, 1.0) if latency else 1.0,
-                )
-            )
+            mine, control = _window(current, cohort, candidate, pool), _window(current, cohort, stable, pool)
+            samples[cohort] = {"candidate": mine.requests, "stable": control.requests}
+            result = evaluate(guardrail, cohort, mine, control)
+            results.append(resolve_inconclusive(result, guardrail, exposed_enough=exposed_enough, final=final))
     if tripped is not None:
-        results.extend(_fast_guard(cohorts, current, candidate, tripped))
-    verdicts = {c: worst(r.verdict for r in results if r.cohort == c) for c in cohorts}
+        results.extend(_fast_guard(pool, current, candidate, tripped))
+    judged = sorted({r.cohort for r in results})
+    verdicts = {c: worst(r.verdict for r in results if r.cohort == c) for c in judged}
     return StageAnalysis(verdicts, tuple(results), samples)
-
-
-def _latency_noise(
-    source: MetricsSource, opened_at: datetime, now: datetime, stable: int, min_samples: int
-) -> dict[str, float]:
-    """Stable against itself: the p50 and p99 ratios between the two halves of the window (A/A spread).
-
-    With a few hundred calls per window a p99 is set by a handful of calls, and on a shared machine one
-    burst of load moves it 2-3x; a candidate's ratio inside that spread says nothing about the candidate.
-    """
-    half = opened_at + (now - opened_at) / 2
-    first = source.windows(opened_at, half).get(("*", stable), EMPTY)
-    second = source.windows(half, now).get(("*", stable), EMPTY)
-    if min(first.requests, second.requests) < min_samples:
-        return {}
-    spread = {}
-    for metric, a, b in (
-        ("p50_latency_ratio", first.p50_latency_s, second.p50_latency_s),
-        ("p99_latency_ratio", first.p99_latency_s, second.p99_latency_s),
-    ):
-        if a > 0 and b > 0:
-            spread[metric] = max(a / b, b / a)
-    return spread
 
 
 def _fast_guard(

@@ -22,15 +22,14 @@ def summarize(records: list[dict[str, Any]]) -> CohortWindow:
     """One CohortWindow from the decision records of one cohort × version."""
     outcomes = [r["outcome"] for r in records]
     answered = [r for r in records if r["outcome"] == "ok"]
-    latencies = [r["latency_s"] for r in records]
     return CohortWindow(
         requests=len(records),
         errors=sum(o in HARD_ERRORS for o in outcomes),
         nan=outcomes.count("nan"),
         low_confidence=sum(r["confidence"] < LOW_CONFIDENCE for r in answered),
-        p99_latency_s=float(np.quantile(latencies, 0.99)) if latencies else 0.0,
+        latencies_s=tuple(r["latency_s"] for r in records),
         predictions=tuple(r["eta"] for r in answered),
-        p50_latency_s=float(np.quantile(latencies, 0.5)) if latencies else 0.0,
+        confidences=tuple(r["confidence"] for r in answered),
     )
 
 

@@ -1,154 +1,194 @@
-"""Guardrail verdicts: the candidate against stable on the same cohort and window (pure functions).
+"""Guardrail verdicts: each contract of the plan judged on the candidate and its concurrent control (pure).
 
-Verdicts are ordered pass < inconclusive < fail, and that order is data (`SEVERITY`), so combining
-many verdicts is taking the worst one, not a ladder of ifs.
+A guardrail compares the candidate's calls with stable's calls *of the same cohort in the same window*
+(the control slice), through an anytime-valid confidence sequence (`mlrelease.verdicts.sequential`), and
+decides fail / pass / continue against its tolerance (`mlrelease.verdicts.decide`). Verdicts are ordered
+pass < continue < inconclusive < fail, and that order is data (`SEVERITY`), so combining many verdicts is
+taking the worst one.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from mlrelease.rollout.plan import Guardrail
+from mlrelease.verdicts.decide import SEVERITY, Verdict, decide, worst
+from mlrelease.verdicts.sequential import Band, mean_difference, proportion_difference, proportion_level
 
-MIN_HISTORY = 3  # stable windows needed before a dynamic baseline replaces the fixed threshold
-COMPARISONS = ("p50_latency_ratio", "p99_latency_ratio", "prediction_shift_ks")  # candidate relative to stable
-LATENCY = ("p50_latency_ratio", "p99_latency_ratio")
-KS_ALPHA = 0.01  # a prediction shift fails only when the KS test is also significant at this level
-
-
-class Verdict(StrEnum):
-    """The outcome of one guardrail, or of many combined."""
-
-    PASS = "pass"
-    INCONCLUSIVE = "inconclusive"
-    FAIL = "fail"
-
-
-SEVERITY: dict[Verdict, int] = {Verdict.PASS: 0, Verdict.INCONCLUSIVE: 1, Verdict.FAIL: 2}
-
-
-def worst(verdicts: Iterable[Verdict]) -> Verdict:
-    """The most severe verdict (pass when there are none)."""
-    return max(verdicts, key=SEVERITY.__getitem__, default=Verdict.PASS)
+__all__ = ["SEVERITY", "CohortWindow", "GuardrailResult", "Verdict", "evaluate", "worst"]
 
 
 @dataclass(frozen=True)
 class CohortWindow:
-    """One version's traffic in one cohort over the judged window."""
+    """One version's calls in one cohort over the judged window: counts, and the raw latencies and answers."""
 
     requests: int
     errors: int
     nan: int
     low_confidence: int
-    p99_latency_s: float
+    latencies_s: Sequence[float] = ()
     predictions: Sequence[float] = ()
-    p50_latency_s: float = 0.0
+    confidences: Sequence[float] = ()  # parallel to `predictions`
+
+    def merged(self, other: CohortWindow) -> CohortWindow:
+        """Both windows as one (pooling cohorts)."""
+        return CohortWindow(
+            self.requests + other.requests,
+            self.errors + other.errors,
+            self.nan + other.nan,
+            self.low_confidence + other.low_confidence,
+            (*self.latencies_s, *other.latencies_s),
+            (*self.predictions, *other.predictions),
+            (*self.confidences, *other.confidences),
+        )
+
+    def distinct_answers(self) -> tuple[np.ndarray, np.ndarray]:
+        """The answers (eta, confidence) with repeats of the same request counted once.
+
+        A version answers the same request with the same numbers, and the control slice holds other users
+        than the candidate's: when traffic repeats requests (a replayed pool, a user's retries), counting
+        every repeat would treat one order seen fifty times as fifty independent observations, and a
+        band would shrink around a difference between the two arms' *requests*, not their models. The
+        unit of the answer-based contracts is the distinct request; in production traffic, where orders
+        are unique, this changes nothing.
+        """
+        if not len(self.predictions):
+            return np.zeros(0), np.zeros(0)
+        confidences = self.confidences if len(self.confidences) == len(self.predictions) else [1.0] * len(
+            self.predictions
+        )
+        pairs = np.unique(np.column_stack([np.asarray(self.predictions), np.asarray(confidences)]), axis=0)
+        return pairs[:, 0], pairs[:, 1]
+
+    def quantile_latency_s(self, q: float) -> float:
+        """A latency quantile of the window (0 when it has no calls)."""
+        return float(np.quantile(self.latencies_s, q)) if len(self.latencies_s) else 0.0
+
+
+EMPTY = CohortWindow(requests=0, errors=0, nan=0, low_confidence=0)
 
 
 @dataclass(frozen=True)
 class GuardrailResult:
-    """A guardrail's verdict with the numbers behind it (what an alert quotes)."""
+    """A guardrail's verdict with the evidence behind it (what the record, the report and an alert quote)."""
 
     cohort: str
     metric: str
     verdict: Verdict
-    candidate: float | None
-    stable: float | None
-    threshold: float
+    candidate: float | None  # the candidate's value (a share, or a median in seconds / hours)
+    stable: float | None  # the control's value, None when judged against a fixed limit
+    threshold: float  # the tolerance (or the limit), on the scale of `band`
     reason: str
+    band: dict[str, float | int] = field(default_factory=dict)
+    contract: str = ""
 
 
-def _share(count: int, window: CohortWindow) -> float:
-    return count / window.requests if window.requests else 0.0
+def _share(count: int, n: int) -> float:
+    return count / n if n else 0.0
 
 
-def measure(metric: str, window: CohortWindow, reference: CohortWindow) -> float:
-    """The metric's value for `window`, relative to `reference` where the metric is a comparison."""
+def _counts(metric: str, window: CohortWindow) -> tuple[int, int]:
+    """(bad calls, calls judged) for a share metric: low confidence is judged on distinct answered requests."""
     if metric == "error_rate":
-        return _share(window.errors, window)
+        return window.errors, window.requests
     if metric == "nan_rate":
-        return _share(window.nan, window)
-    if metric == "low_confidence_share":
-        return _share(window.low_confidence, window)
-    if metric == "p99_latency_ratio":
-        return window.p99_latency_s / reference.p99_latency_s if reference.p99_latency_s > 0 else float("inf")
-    if metric == "p50_latency_ratio":
-        return window.p50_latency_s / reference.p50_latency_s if reference.p50_latency_s > 0 else float("inf")
-    if metric == "prediction_shift_ks":
-        return float(_ks_test(window, reference).statistic)
-    raise ValueError(f"unknown guardrail metric {metric!r}")
+        return window.nan, window.requests
+    from mlrelease.model.estimator import LOW_CONFIDENCE  # here: the estimator module imports sklearn (~1.6 s)
+
+    _, confidences = window.distinct_answers()
+    return int((confidences < LOW_CONFIDENCE).sum()), len(confidences)
 
 
-def ks_pvalue(window: CohortWindow, reference: CohortWindow) -> float:
-    """The two-sample KS test's p-value for the two windows' predictions."""
-    return float(_ks_test(window, reference).pvalue)
+def _logs(values: Sequence[float]) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64)
+    return np.log(array[np.isfinite(array) & (array > 0)])
 
 
-def _ks_test(window: CohortWindow, reference: CohortWindow) -> Any:
-    # Imported here: scipy costs ~2 s, and everything that only reads or writes rollout records (the
-    # store, the alert callbacks in Airflow) imports this module through the state machine.
-    from scipy.stats import ks_2samp
-
-    return ks_2samp(window.predictions, reference.predictions)
-
-
-def threshold(guardrail: Guardrail, stable_history: Sequence[float]) -> tuple[float, str]:
-    """The breach threshold and where it came from: fixed, or raised to stable's own mean + 2σ.
-
-    A dynamic baseline only ever raises the fixed number: it exists for cohorts where stable itself sits
-    above the fixed threshold (which would fail every candidate). Lowering it to a stable that happened
-    to be perfect (0 ± 0) would fail any candidate for a single low-confidence answer.
-    """
-    if guardrail.baseline == "stable_dynamic" and len(stable_history) >= MIN_HISTORY:
-        mean, sigma = statistics.fmean(stable_history), statistics.pstdev(stable_history)
-        if mean + 2 * sigma > guardrail.max:
-            return mean + 2 * sigma, f"stable mean {mean:.4g} + 2σ ({sigma:.3g}) over {len(stable_history)} windows"
-        return guardrail.max, f"fixed (stable mean {mean:.4g} + 2σ below it)"
-    return guardrail.max, "fixed"
-
-
-def evaluate(
-    guardrail: Guardrail,
-    cohort: str,
-    candidate: CohortWindow,
-    stable: CohortWindow,
-    *,
-    min_samples: int,
-    stable_history: Sequence[float] = (),
-    noise: float = 1.0,
-) -> GuardrailResult:
-    """Judge one guardrail on one cohort: inconclusive below `min_samples`, fail above the threshold.
-
-    `noise` (latency ratios only) is how far stable drifts from itself within the window; a ratio
-    inside it is not the candidate's doing, so it widens the threshold.
-    """
-    limit, source = threshold(guardrail, stable_history)
-    if guardrail.metric in LATENCY and noise > limit:
-        limit, source = noise, f"widened to stable's own spread in this window (configured {guardrail.max:g})"
-    compares = guardrail.metric in COMPARISONS
-    short = candidate.requests < min_samples or (compares and stable.requests < min_samples)
-    if short:
-        reason = (
-            f"{cohort} {guardrail.metric}: not enough traffic (candidate {candidate.requests}, "
-            f"stable {stable.requests}, need {min_samples})"
+def band_for(guardrail: Guardrail, candidate: CohortWindow, stable: CohortWindow) -> tuple[Band, float, float | None]:
+    """The confidence band of the guardrail's difference, the candidate's value and the control's value."""
+    alpha, tuned = guardrail.alpha, guardrail.min_samples
+    metric = guardrail.metric
+    if metric in ("error_rate", "nan_rate", "low_confidence_share"):
+        bad_c, n_c = _counts(metric, candidate)
+        if guardrail.limit is not None:
+            return proportion_level(bad_c, n_c, guardrail.limit, alpha=alpha, tuned_at=tuned), _share(bad_c, n_c), None
+        bad_s, n_s = _counts(metric, stable)
+        band = proportion_difference(bad_c, n_c, bad_s, n_s, alpha=alpha, tuned_at=tuned)
+        return band, _share(bad_c, n_c), _share(bad_s, n_s)
+    values = (
+        (candidate.latencies_s, stable.latencies_s)
+        if metric == "latency"
+        else (
+            candidate.predictions,
+            stable.predictions,
         )
-        return GuardrailResult(cohort, guardrail.metric, Verdict.INCONCLUSIVE, None, None, limit, reason)
-    value = measure(guardrail.metric, candidate, stable)
-    baseline = None if compares else measure(guardrail.metric, stable, stable)
-    breached = value > limit
-    note = ""
-    if guardrail.metric == "prediction_shift_ks":
-        # On small windows two samples of the same distribution differ by chance: only a significant shift fails.
-        p = ks_pvalue(candidate, stable)
-        breached, note = breached and p < KS_ALPHA, f", p={p:.2g}"
-    verdict = Verdict.FAIL if breached else Verdict.PASS
-    against = "" if baseline is None else f" (stable {baseline:.4g})"
-    reason = (
-        f"{cohort} {guardrail.metric} {value:.4g}{against}{note} {'>' if value > limit else '<='} {limit:.4g} "
-        f"[{source}]"
     )
-    return GuardrailResult(cohort, guardrail.metric, verdict, value, baseline, limit, reason)
+    c, s = _logs(values[0]), _logs(values[1])
+    band = mean_difference(c, s, alpha=alpha, tuned_at=tuned)
+    median = lambda xs: float(np.exp(np.median(xs))) if len(xs) else None  # noqa: E731
+    return band, median(c) or math.nan, median(s)
+
+
+def evaluate(guardrail: Guardrail, cohort: str, candidate: CohortWindow, stable: CohortWindow) -> GuardrailResult:
+    """Judge one contract on one cohort: continue below `min_samples` per arm, else what the band shows."""
+    band, mine, theirs = band_for(guardrail, candidate, stable)
+    tolerance = guardrail.log_tolerance
+    contract = guardrail.describe()
+    if band.samples < guardrail.min_samples:
+        reason = f"{cohort} {guardrail.metric}: {band.samples} calls in the smaller arm, need {guardrail.min_samples}"
+        return GuardrailResult(
+            cohort, guardrail.metric, Verdict.CONTINUE, mine, theirs, tolerance, reason, band.as_dict(), contract
+        )
+    verdict = decide(band, guardrail.bad, tolerance)
+    reason = f"{cohort} {guardrail.metric}: {_evidence(guardrail, band)} → {verdict} [{contract}]"
+    return GuardrailResult(cohort, guardrail.metric, verdict, mine, theirs, tolerance, reason, band.as_dict(), contract)
+
+
+def _evidence(guardrail: Guardrail, band: Band) -> str:
+    """The estimate and its band in the guardrail's own units (relative shifts as percentages)."""
+    if guardrail.metric in ("latency", "prediction_shift"):
+        pct = lambda x: f"{math.expm1(x):+.1%}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")  # noqa: E731
+        return f"shift {pct(band.estimate)} (band {pct(band.lower)} … {pct(band.upper)}, n={band.samples})"
+    against = f"limit {guardrail.limit:g}" if guardrail.limit is not None else "stable"
+    return (
+        f"Δ vs {against} {band.estimate * 100:+.2f} pp (band {band.lower * 100:+.2f} … {band.upper * 100:+.2f} pp, "
+        f"n={band.samples})"
+    )
+
+
+def resolve_inconclusive(
+    result: GuardrailResult, guardrail: Guardrail, *, exposed_enough: bool = True, final: bool = True
+) -> GuardrailResult:
+    """A `continue` becomes what the contract's `on_inconclusive` says: at the maximum exposure (`final`), and
+    for `accept` already once the minimum exposure is over (such a contract fails on evidence, never holds a
+    stage open: the choice for rare events whose non-inferiority would need far more calls than a stage has)."""
+    if result.verdict is not Verdict.CONTINUE:
+        return result
+    if not (final or (exposed_enough and guardrail.on_inconclusive == "accept")):
+        return result
+    outcome = {"accept": Verdict.PASS, "pause": Verdict.INCONCLUSIVE, "rollback": Verdict.FAIL}[
+        guardrail.on_inconclusive
+    ]
+    when = "at the maximum exposure" if final else "after the minimum exposure"
+    note = f"; open {when} → {guardrail.on_inconclusive}"
+    return GuardrailResult(**{**result.__dict__, "verdict": outcome, "reason": result.reason + note})
+
+
+def result_dict(result: GuardrailResult) -> dict[str, Any]:
+    """JSON-friendly form of one result."""
+    return {
+        "cohort": result.cohort,
+        "metric": result.metric,
+        "verdict": str(result.verdict),
+        "candidate": result.candidate,
+        "stable": result.stable,
+        "threshold": result.threshold,
+        "reason": result.reason,
+        "band": result.band,
+        "contract": result.contract,
+    }

@@ -12,10 +12,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from mlrelease.rollout.guardrails import Verdict
+from mlrelease.verdicts.decide import Verdict
 from mlrelease.rollout.plan import Profile, RolloutPlan
-
-EXTEND_FACTOR = 3  # an inconclusive stage may run this many times its duration before it pauses
 
 
 class Phase(StrEnum):
@@ -66,27 +64,37 @@ class Action:
 def next_action(
     state: RolloutState, plan: RolloutPlan, profile: Profile, now: datetime, verdicts: dict[str, Verdict] | None
 ) -> Action:
-    """Decide the next step from the state, the plan, the clock and the latest per-cohort verdicts (pure)."""
+    """Decide the next step from the state, the plan, the clock and the latest per-cohort verdicts (pure).
+
+    A fail acts at once, whatever the exposure; a stage advances as soon as every judged cohort passed,
+    but not before its minimum exposure; at its maximum exposure the analysis has already turned every
+    open question into what the plan says (`on_inconclusive`), and an inconclusive verdict pauses.
+    """
     if state.phase is not Phase.STAGE:
         return Action(ActionKind.NONE, state.stage, reason=f"rollout is {state.phase}")
     stage = plan.stages[state.stage]
     if state.stage_opened_at is None:
         return Action(ActionKind.OPEN_STAGE, state.stage, reason=f"open stage {stage.name}")
     elapsed = (now - state.stage_opened_at).total_seconds()
-    duration = stage.duration_s[profile]
-    if elapsed < duration:
-        return Action(ActionKind.WAIT, state.stage, reason=f"stage {stage.name}: {elapsed:.0f}/{duration:.0f} s")
     if verdicts is None:
         return Action(ActionKind.WAIT, state.stage, reason=f"stage {stage.name}: waiting for analysis")
     judged = {c: v for c, v in verdicts.items() if c not in state.excluded_cohorts}
     failed = tuple(sorted(c for c, v in judged.items() if v is Verdict.FAIL))
     if failed:
         return _on_breach(state, plan, failed)
+    minimum, maximum = stage.min_exposure_s[profile], stage.max_exposure_s[profile]
+    if elapsed < minimum:
+        return Action(ActionKind.WAIT, state.stage, reason=f"stage {stage.name}: {elapsed:.0f}/{minimum:.0f} s exposed")
     if any(v is Verdict.INCONCLUSIVE for v in judged.values()):
-        if elapsed < EXTEND_FACTOR * duration:
-            return Action(ActionKind.WAIT, state.stage, reason=f"stage {stage.name}: not enough traffic yet, extended")
         return Action(
             ActionKind.PAUSE, state.stage, reason=f"stage {stage.name}: still inconclusive after {elapsed:.0f} s"
+        )
+    if any(v is Verdict.CONTINUE for v in judged.values()):
+        open_ = ", ".join(sorted(c for c, v in judged.items() if v is Verdict.CONTINUE))
+        return Action(
+            ActionKind.WAIT,
+            state.stage,
+            reason=f"stage {stage.name}: {open_} not decided yet ({elapsed:.0f}/{maximum:.0f} s)",
         )
     if state.stage == len(plan.stages) - 1:
         if state.excluded_cohorts:  # one champion alias cannot serve some cohorts only: a human decides
@@ -94,6 +102,14 @@ def next_action(
             return Action(ActionKind.PAUSE, state.stage, reason=f"passed, but {held} was rolled back: promote by hand")
         return Action(ActionKind.PROMOTE, state.stage, reason="every stage passed")
     return Action(ActionKind.ADVANCE, state.stage, reason=f"stage {stage.name} passed")
+
+
+def exposure(state: RolloutState, plan: RolloutPlan, profile: Profile, now: datetime) -> tuple[bool, bool]:
+    """Whether the open stage is past its minimum exposure, and whether it reached its maximum."""
+    if state.stage_opened_at is None or state.phase is not Phase.STAGE:
+        return False, False
+    stage, elapsed = plan.stages[state.stage], (now - state.stage_opened_at).total_seconds()
+    return elapsed >= stage.min_exposure_s[profile], elapsed >= stage.max_exposure_s[profile]
 
 
 def _on_breach(state: RolloutState, plan: RolloutPlan, failed: tuple[str, ...]) -> Action:

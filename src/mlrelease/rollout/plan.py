@@ -1,11 +1,16 @@
-"""The rollout plan: ordered stages, each opening cohorts to the candidate, with guardrails and a breach action.
+"""The rollout plan: the shadow gate, then ordered stages, each opening cohorts to the candidate with guardrails.
 
-Loaded from YAML (`config/rollout_plan.yaml`) and validated on load, so a bad plan fails before any
-traffic moves. Every stage has a production and a demo duration; the profile picks one.
+Loaded from YAML (`config/rollout_plan.yaml`) and validated on load, so a bad plan (a tolerance or α out of
+range, a guardrail without a direction, a stage without a control slice) fails naming the field before any
+traffic moves. Every guardrail is a statistical contract (see `mlrelease.verdicts`): the metric, the
+direction that is bad, a practical tolerance, and a false-verdict rate α. Every judged cohort keeps a
+concurrent, sticky control slice on stable (users are bucketed by a hash of their id), so the candidate is
+always compared with stable traffic of the same cohort in the same minutes.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -16,46 +21,109 @@ from mlrelease.settings import REPO_ROOT
 from mlrelease.yamlconfig import StrictModel, load_yaml_model
 
 DEFAULT_PLAN = REPO_ROOT / "config" / "rollout_plan.yaml"
-Metric = Literal[
-    "error_rate", "nan_rate", "p50_latency_ratio", "p99_latency_ratio", "low_confidence_share", "prediction_shift_ks"
-]
+Metric = Literal["error_rate", "nan_rate", "low_confidence_share", "latency", "prediction_shift"]
 Action = Literal["rollback_cohort", "rollback_all", "pause"]
 Profile = Literal["production", "demo"]
+Direction = Literal["higher", "lower", "either"]
+OnInconclusive = Literal["accept", "pause", "rollback"]
+
+# Metrics whose value is a share of calls (tolerance in absolute share: 0.001 = 0.1 percentage points) and
+# metrics compared as a relative shift (tolerance as a fraction: 0.10 = 10 %, judged on the log scale).
+SHARES = ("error_rate", "nan_rate", "low_confidence_share")
+RELATIVE = ("latency", "prediction_shift")
+MAX_ALPHA = 0.2
+MAX_CANDIDATE_PERCENT = 99.0  # at least 1 % of every judged cohort stays on stable as the concurrent control
 
 
 class Guardrail(StrictModel):
-    """One check of the candidate against stable on the same cohort and window.
+    """One statistical contract: is the candidate worse than stable (or than a fixed `limit`) beyond `tolerance`?
 
-    `max` is the breach threshold on the candidate's value (for the latency ratios the ratio to stable,
-    for `prediction_shift_ks` the KS statistic). With `baseline: stable_dynamic`, the threshold rises to
-    stable's own mean + 2σ over its recent windows when that is higher, where a fixed number would misfire.
+    The verdict is `fail` when the (1 − α) confidence sequence shows the candidate worse by more than the
+    tolerance, `pass` when it shows it within the tolerance, otherwise `continue`; at the stage's maximum
+    exposure a question still open is inconclusive and `on_inconclusive` says what that means.
     """
 
     metric: Metric
-    max: float = Field(ge=0)
-    baseline: Literal["fixed", "stable_dynamic"] = "fixed"
-    cohorts: tuple[str, ...] = Field(default=(), description="empty: every cohort open to the candidate")
+    bad: Direction = Field(description="the direction in which the candidate's value is worse")
+    tolerance: float = Field(
+        ge=0, description="how much worse than stable is still acceptable (share, or relative shift)"
+    )
+    limit: float | None = Field(
+        None, ge=0, le=1, description="compare the candidate's share with this level instead of with stable"
+    )
+    alpha: float = Field(0.01, gt=0, le=MAX_ALPHA, description="the false-verdict rate of this contract")
+    min_samples: int = Field(200, ge=20, description="per arm, before a verdict may be reached")
+    on_inconclusive: OnInconclusive = "pause"
+    cohorts: tuple[str, ...] = Field(default=(), description="empty: the stage's judged cohorts")
+
+    @model_validator(mode="after")
+    def _check(self) -> Guardrail:
+        if self.metric in SHARES and self.tolerance > 1:
+            raise ValueError(f"tolerance of a share ({self.metric}) must be within [0, 1], got {self.tolerance}")
+        if self.metric in RELATIVE and not 0 < self.tolerance <= 10:
+            raise ValueError(f"tolerance of a relative shift ({self.metric}) must be in (0, 10], got {self.tolerance}")
+        if self.limit is not None and self.metric not in SHARES:
+            raise ValueError(f"limit applies to shares ({', '.join(SHARES)}), not to {self.metric}")
+        if self.limit is not None and self.bad != "higher":
+            raise ValueError("a limit is a ceiling: use bad: higher")
+        return self
+
+    @property
+    def log_tolerance(self) -> float:
+        """The tolerance on the scale the band is computed on (log for relative shifts)."""
+        return math.log1p(self.tolerance) if self.metric in RELATIVE else self.tolerance
+
+    def describe(self) -> str:
+        """One phrase for alerts and the report, e.g. 'latency +10 % vs stable at α=0.01'."""
+        if self.limit is not None:
+            return f"{self.metric} ≤ {self.limit:g} at α={self.alpha:g}"
+        amount = f"{self.tolerance:.0%}" if self.metric in RELATIVE else f"{self.tolerance * 100:g} pp"
+        sign = {"higher": "+", "lower": "−", "either": "±"}[self.bad]
+        return f"{self.metric} {sign}{amount} vs stable at α={self.alpha:g}"
 
 
 class Stage(StrictModel):
-    """One stage: the candidate's share per cohort, how long and how much traffic to judge it by, and what to do."""
+    """One stage: the candidate's share per cohort (the rest is the control), its exposure bounds, guardrails."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
     candidate_percent: dict[str, float] = Field(min_length=1)
-    duration_s: dict[Profile, float]
-    min_samples: int = Field(100, ge=1, description="per cohort; fewer makes the verdict inconclusive")
+    judge: tuple[str, ...] = Field(
+        default=(), description="cohorts judged ('*' = all non-excluded traffic pooled); default: those opened"
+    )
+    min_exposure_s: dict[Profile, float] = Field(description="no pass before this long (a fail acts at once)")
+    max_exposure_s: dict[Profile, float] = Field(description="at this age a still-open question is inconclusive")
+    check_every_s: dict[Profile, float] = Field(
+        default_factory=lambda: {"production": 300.0, "demo": 3.0},  # type: ignore[arg-type]
+        description="how long the DAG defers between two analysis ticks",
+    )
     guardrails: tuple[Guardrail, ...] = Field(min_length=1)
     on_breach: Action = "rollback_all"
     diagnose: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> Stage:
-        bad = {c: p for c, p in self.candidate_percent.items() if not 0 < p <= 100}
+        no_control = {c: p for c, p in self.candidate_percent.items() if p > MAX_CANDIDATE_PERCENT}
+        if no_control:
+            raise ValueError(
+                f"candidate_percent {no_control} leaves no concurrent control slice on stable: at most "
+                f"{MAX_CANDIDATE_PERCENT:g} (the rest of the cohort is what the candidate is compared with)"
+            )
+        bad = {c: p for c, p in self.candidate_percent.items() if p <= 0}
         if bad:
-            raise ValueError(f"candidate_percent must be in (0, 100], got {bad}")
-        if set(self.duration_s) != {"production", "demo"} or min(self.duration_s.values()) <= 0:
-            raise ValueError("duration_s needs positive 'production' and 'demo' seconds")
+            raise ValueError(f"candidate_percent must be above 0, got {bad}")
+        for field in ("min_exposure_s", "max_exposure_s", "check_every_s"):
+            spans = getattr(self, field)
+            if set(spans) != {"production", "demo"} or min(spans.values()) <= 0:
+                raise ValueError(f"{field} needs positive 'production' and 'demo' seconds")
+        longer = [p for p in ("production", "demo") if self.max_exposure_s[p] < self.min_exposure_s[p]]
+        if longer:
+            raise ValueError(f"max_exposure_s is shorter than min_exposure_s for {longer}")
         return self
+
+    @property
+    def judged(self) -> tuple[str, ...]:
+        """The cohorts this stage's guardrails judge by default."""
+        return self.judge or tuple(self.candidate_percent)
 
 
 class ShadowSpec(StrictModel):
@@ -65,8 +133,19 @@ class ShadowSpec(StrictModel):
     max_relative_diff: float = Field(0.15, gt=0, description="a row disagrees when |Δeta| / stable eta is above this")
     max_disagreement_share: float = Field(0.10, ge=0, le=1)
     min_ks_pvalue: float = Field(0.01, ge=0, le=1, description="KS test of the two ETA distributions")
-    latency_samples: int = Field(200, ge=20, description="single-row calls per version, interleaved")
-    max_p95_latency_ratio: float = Field(1.10, ge=1)
+    latency_tolerance: float = Field(
+        0.10, gt=0, le=10, description="the candidate may be this much slower (relative) than stable"
+    )
+    latency_alpha: float = Field(0.01, gt=0, le=MAX_ALPHA)
+    latency_min_pairs: int = Field(100, ge=20, description="interleaved call pairs before a latency verdict")
+    latency_max_pairs: int = Field(2000, ge=20, description="at most this many pairs; then inconclusive")
+    latency_on_inconclusive: OnInconclusive = "pause"
+
+    @model_validator(mode="after")
+    def _check(self) -> ShadowSpec:
+        if self.latency_max_pairs < self.latency_min_pairs:
+            raise ValueError("latency_max_pairs must be at least latency_min_pairs")
+        return self
 
 
 class RolloutPlan(StrictModel):
@@ -79,6 +158,14 @@ class RolloutPlan(StrictModel):
         description="how long the previous champion stays loaded after a promotion, for instant rollback",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_extensions(cls, raw: object) -> object:
+        # Top-level `x-…` keys hold YAML anchors shared by the stages (as in Compose files); nothing else.
+        if isinstance(raw, dict):
+            return {k: v for k, v in raw.items() if not str(k).startswith("x-")}
+        return raw
+
     @model_validator(mode="after")
     def _check(self) -> RolloutPlan:
         names = [s.name for s in self.stages]
@@ -88,7 +175,7 @@ class RolloutPlan(StrictModel):
 
     def check_cohorts(self, known: tuple[str, ...]) -> None:
         """Refuse a plan naming cohorts the gateway does not define ('*' means all of them)."""
-        named = {c for s in self.stages for c in s.candidate_percent} | {
+        named = {c for s in self.stages for c in (*s.candidate_percent, *s.judge)} | {
             c for s in self.stages for g in s.guardrails for c in g.cohorts
         }
         unknown = sorted(named - {*known, "*"})

@@ -7,6 +7,7 @@ reads. One rollout per model is active at a time; a second run asking to start o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -146,6 +147,32 @@ class RolloutStore:
     def archived_paths(self, run_key: str) -> list[Path]:
         """The archived records of run `run_key` (a rerun of the interval with a new candidate archives another)."""
         return sorted((self.directory / "history").glob(f"{self.model}-v*-{run_key}.json"))
+
+    def evidence_path(self, record: RolloutRecord) -> Path:
+        """The analysis trail of one rollout: one JSON line per tick (estimates and bands), for the report."""
+        return self.directory / "evidence" / f"{record.model}-v{record.candidate_version}-{record.run_key}.jsonl"
+
+    def append_evidence(self, record: RolloutRecord, line: dict[str, Any]) -> None:
+        """Append one tick's evidence (a killed tick may leave a duplicate line; readers key on `at`)."""
+        path = self.evidence_path(record)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line, separators=(",", ":")) + "\n")
+
+    def read_evidence(self, record: RolloutRecord) -> list[dict[str, Any]]:
+        """Every tick's evidence of `record`, oldest first (empty before the first tick)."""
+        try:
+            lines = self.evidence_path(record).read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        ticks = {}
+        for line in lines:
+            try:
+                tick = json.loads(line)
+            except ValueError:  # a line cut short by a killed process
+                continue
+            ticks[(tick["stage"], tick["at"])] = tick
+        return [ticks[k] for k in sorted(ticks, key=lambda k: k[1])]
 
     def begin(self, proposed: RolloutRecord) -> RolloutRecord:
         """Start `proposed`, or resume it when the same run already started it; refuse while another is active."""

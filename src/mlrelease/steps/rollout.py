@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME
-from mlrelease.rollout.analysis import StageAnalysis, analyze_stage, open_cohorts
+from mlrelease.rollout.analysis import StageAnalysis, analyze_stage
 from mlrelease.rollout.context import RolloutContext, iso
-from mlrelease.rollout.machine import Action, ActionKind, Phase, apply, candidate_percent, next_action
+from mlrelease.rollout.machine import Action, ActionKind, Phase, apply, candidate_percent, exposure, next_action
 from mlrelease.rollout.plan import Profile, load_plan
 from mlrelease.rollout.store import RolloutRecord, now_utc
 from mlrelease.settings import Settings
@@ -29,7 +29,9 @@ def _stage_result(record: RolloutRecord, stage: int) -> dict[str, Any]:
         (e.at for e in record.history if e.kind == "stage_opened" and e.stage == stage), record.stage_opened_at
     )
     spec = record.plan.stages[stage]
-    analyze_at = opened + timedelta(seconds=spec.duration_s[record.profile]) if opened else None
+    # The first look comes one check interval after the stage opened: a fail acts at once, a pass waits for
+    # the minimum exposure (the analysis decides; the DAG only defers between its ticks).
+    analyze_at = opened + timedelta(seconds=spec.check_every_s[record.profile]) if opened else None
     return {
         "model_version": record.candidate_version,
         "stable_version": record.stable_version,
@@ -116,44 +118,91 @@ def rollout_stage(
     return {**_stage_result(record, stage), "status": "opened", "routing_revision": routing.revision}
 
 
-def _judge(ctx: RolloutContext, record: RolloutRecord, stage: int, poll_s: float) -> tuple[Action, StageAnalysis]:
-    """Analyse until the machine decides something other than waiting (bounded by the plan's extension)."""
+def _tick(ctx: RolloutContext, record: RolloutRecord, stage: int) -> tuple[Action, StageAnalysis, datetime]:
+    """One look at the stage: the analysis so far and the machine's decision (a pure function of both)."""
     spec = record.plan.stages[stage]
     assert record.stage_opened_at is not None
-    while True:
-        now = now_utc()
-        routing = ctx.router.current()
-        tripped = routing.tripped.get(record.candidate_version) if routing else None
-        cohorts = open_cohorts(spec, ctx.cohorts, record.excluded_cohorts)
-        analysis = analyze_stage(
-            spec,
-            cohorts,
-            ctx.source,
-            candidate=record.candidate_version,
-            stable=record.stable_version,
-            opened_at=record.stage_opened_at,
-            now=now,
-            tripped=tripped,
-        )
-        action = next_action(record.state(), record.plan, record.profile, now, analysis.verdicts)
-        if action.kind is not ActionKind.WAIT:
-            return action, analysis
-        time.sleep(poll_s)
+    now = now_utc()
+    routing = ctx.router.current()
+    tripped = routing.tripped.get(record.candidate_version) if routing else None
+    exposed_enough, final = exposure(record.state(), record.plan, record.profile, now)
+    analysis = analyze_stage(
+        spec,
+        ctx.cohorts,
+        ctx.source,
+        candidate=record.candidate_version,
+        stable=record.stable_version,
+        opened_at=record.stage_opened_at,
+        now=now,
+        excluded=record.excluded_cohorts,
+        exposed_enough=exposed_enough,
+        final=final,
+        tripped=tripped,
+    )
+    ctx.store.append_evidence(
+        record,
+        {
+            "at": now.isoformat(),
+            "stage": stage,
+            "elapsed_s": round((now - record.stage_opened_at).total_seconds(), 3),
+            "results": analysis.evidence(),
+        },
+    )
+    return next_action(record.state(), record.plan, record.profile, now, analysis.verdicts), analysis, now
 
 
-def analyze(settings: Settings, stage: int, version: int, run_key: str, *, poll_s: float = 2.0) -> dict[str, Any]:
-    """Judge stage `stage` and act: advance, roll a cohort back, roll everything back, pause, or clear promotion."""
+def analyze(
+    settings: Settings, stage: int, version: int, run_key: str, *, tick: bool = False, poll_s: float | None = None
+) -> dict[str, Any]:
+    """Judge stage `stage` and act: advance, roll a cohort back, roll everything back, pause, or clear promotion.
+
+    With `tick`, one look per call: while nothing is decided it returns `decided: false` and the time of the
+    next check, and the DAG defers until then (no process waits through a stage). Without it, it looks every
+    `poll_s` (default: the stage's check interval) until a decision, which the maximum exposure bounds.
+    """
     ctx = RolloutContext.open(settings)
     record = ctx.owned(run_key, version)
     done = [e for e in record.history if e.kind == "analysis" and e.stage == stage]
     if done and (record.stage > stage or record.phase is Phase.PROMOTED or done[-1].detail["action"] == "promote"):
-        return {**_stage_result(record, stage), **done[-1].detail, "status": "already analysed"}
+        return {**_stage_result(record, stage), **done[-1].detail, "status": "already analysed", "decided": True}
     _check_position(record, stage)
     if record.stage_opened_at is None:
         raise StepError(f"stage {stage + 1} was never opened: run rollout-stage --stage {stage + 1} first")
-    action, analysis = _judge(ctx, record, stage, poll_s)
-    now = now_utc()
-    detail = {"action": str(action.kind), "reason": action.reason, "cohorts": list(action.cohorts)}
+    every = record.plan.stages[stage].check_every_s[record.profile]
+    while True:
+        action, analysis, now = _tick(ctx, record, stage)
+        if action.kind is not ActionKind.WAIT:
+            break
+        if tick:
+            return {
+                **_stage_result(record, stage),
+                **analysis.as_dict(),
+                "status": "not yet",
+                "decided": False,
+                "reason": action.reason,
+                "next_check_at": iso(now + timedelta(seconds=every)),
+            }
+        time.sleep(every if poll_s is None else poll_s)
+    return {**_act(settings, ctx, record, stage, action, analysis, now), "decided": True}
+
+
+def _act(
+    settings: Settings,
+    ctx: RolloutContext,
+    record: RolloutRecord,
+    stage: int,
+    action: Action,
+    analysis: StageAnalysis,
+    now: datetime,
+) -> dict[str, Any]:
+    """Carry out a decided tick: traffic first, then the record."""
+    version = record.candidate_version
+    detail = {
+        "action": str(action.kind),
+        "reason": action.reason,
+        "cohorts": list(action.cohorts),
+        "decided_at": iso(now),
+    }
     record = ctx.record_update(record, record.with_event("analysis", now, stage, **detail, **analysis.as_dict()))
     result = {**_stage_result(record, stage), **detail, **analysis.as_dict()}
     kind = action.kind

@@ -1,15 +1,15 @@
 """Step `shadow`: replay the interval's orders through candidate and stable on Triton before any real traffic.
 
 The same rows go to both versions, so every difference is the model's: the share of rows whose ETA
-moves by more than `max_relative_diff`, a KS test of the two ETA distributions, and p95 latency of
-single-row calls, interleaved so both versions see the same server load (with stable measured against
-itself too: on a busy machine that noise, up to 1.5x, widens the latency allowance, as in `benchmark`).
+moves by more than `max_relative_diff`, a KS test of the two ETA distributions, and latency judged by
+a sequential paired test of single-row calls, interleaved so both versions see the same server load.
 Any breach fails the gate with a report (also written under the run's artifacts and tagged on the
 MLflow version).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime
 from pathlib import Path
@@ -23,14 +23,15 @@ from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.rollout.plan import ShadowSpec, load_plan
 from mlrelease.serving.endpoint import triton_url
-from mlrelease.serving.perf import MAX_NOISE_ALLOWANCE
 from mlrelease.serving.triton_client import TritonClient, require_ready
 from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic
 from mlrelease.timewindow import run_key
+from mlrelease.verdicts.decide import Verdict, decide
+from mlrelease.verdicts.sequential import mean_level
 
 BATCH = 256
-LATENCY_BLOCKS = 5
+PAIR_BLOCK = 50  # interleaved call pairs between two looks at the latency band
 
 
 def replay_rows(settings: Settings, data_end: datetime, samples: int) -> tuple[np.ndarray, np.ndarray]:
@@ -53,38 +54,53 @@ def _eta(client: TritonClient, version: int, rows: np.ndarray) -> np.ndarray:
     return np.concatenate(parts).astype(np.float64)
 
 
-def latency_ratio(client: TritonClient, versions: tuple[int, int], rows: np.ndarray, n: int) -> dict[str, Any]:
-    """Candidate/stable p95 of single-row calls, and the same ratio for stable against itself (the noise).
+def latency_verdict(
+    client: TritonClient, versions: tuple[int, int], rows: np.ndarray, spec: ShadowSpec
+) -> dict[str, Any]:
+    """Is the candidate slower than stable by more than the tolerance? A sequential paired test of single-row calls.
 
-    Three streams take turns call by call (candidate, stable, stable again; the order rotates), so they
-    share the server's load; per block of calls each stream's p95 is taken, and the medians over
-    LATENCY_BLOCKS blocks are reported. Stable against itself says how far two identical streams drift
-    apart on this machine under this load.
+    Calls go in pairs under the same server load, candidate and stable back to back (which goes first
+    alternates); each pair gives the log of candidate/stable latency. An anytime-valid confidence sequence on
+    the mean log ratio (the geometric-mean latency ratio) is checked after every block of pairs: fail when it
+    lies above log(1 + tolerance), pass when below, otherwise more pairs, up to `latency_max_pairs`. The
+    whole distribution decides, not one noisy quantile.
     """
     candidate, stable = versions
-    streams = ("candidate", "stable", "stable_again")
-    target = {"candidate": candidate, "stable": stable, "stable_again": stable}
-    block = max(10, n // LATENCY_BLOCKS)
-    p95: dict[str, list[float]] = {name: [] for name in streams}
-    for b in range(LATENCY_BLOCKS):
-        seen: dict[str, list[float]] = {name: [] for name in streams}
-        for i in range(block):
-            k = (b * block + i) % len(rows)
-            for j in range(3):
-                name = streams[(i + j) % 3]
+    tolerance = math.log1p(spec.latency_tolerance)
+    ratios: list[float] = []
+    seconds: dict[int, list[float]] = {candidate: [], stable: []}
+    verdict, band = Verdict.CONTINUE, None
+    while len(ratios) < spec.latency_max_pairs:
+        for _ in range(PAIR_BLOCK):
+            k = len(ratios) % len(rows)
+            order = (candidate, stable) if len(ratios) % 2 == 0 else (stable, candidate)
+            took = {}
+            for version in order:
                 started = time.perf_counter()
-                client.infer(MODEL_NAME, target[name], rows[k : k + 1], OUTPUTS)
-                seen[name].append(time.perf_counter() - started)
-        for name in streams:
-            p95[name].append(float(np.quantile(seen[name], 0.95)))
-    ratio = np.median([c / s for c, s in zip(p95["candidate"], p95["stable"], strict=True)])
-    noise = np.median([max(a / b, b / a) for a, b in zip(p95["stable_again"], p95["stable"], strict=True)])
+                client.infer(MODEL_NAME, version, rows[k : k + 1], OUTPUTS)
+                took[version] = time.perf_counter() - started
+            seconds[candidate].append(took[candidate])
+            seconds[stable].append(took[stable])
+            ratios.append(math.log(took[candidate] / took[stable]))
+        if len(ratios) < spec.latency_min_pairs:
+            continue
+        band = mean_level(ratios, 0.0, alpha=spec.latency_alpha, tuned_at=spec.latency_min_pairs)
+        verdict = decide(band, "higher", tolerance)
+        if verdict is not Verdict.CONTINUE:
+            break
+    if verdict is Verdict.CONTINUE:
+        verdict = {"accept": Verdict.PASS, "pause": Verdict.INCONCLUSIVE, "rollback": Verdict.FAIL}[
+            spec.latency_on_inconclusive
+        ]
+    assert band is not None
     return {
-        "p95_latency_ms": {
-            str(v): round(float(np.median(p95[name])) * 1000, 3) for name, v in target.items() if name != "stable_again"
-        },
-        "p95_latency_ratio": round(float(ratio), 3),
-        "p95_noise_ratio": round(float(noise), 3),
+        "latency_pairs": len(ratios),
+        "median_latency_ms": {str(v): round(float(np.median(xs)) * 1000, 3) for v, xs in seconds.items()},
+        "latency_ratio": round(math.exp(band.estimate), 4),
+        "latency_ratio_band": [round(math.exp(band.lower), 4), round(math.exp(band.upper), 4)],
+        "latency_tolerance": spec.latency_tolerance,
+        "latency_alpha": spec.latency_alpha,
+        "latency_verdict": str(verdict),
     }
 
 
@@ -121,12 +137,14 @@ def breaches(report: dict[str, Any], spec: ShadowSpec) -> list[str]:
             f"ETA distributions differ: KS {report['ks_statistic']:.3f}, p={report['ks_pvalue']:.2g} "
             f"< {spec.min_ks_pvalue}"
         )
-    # Measurement noise (stable against itself) may widen the allowance, never beyond MAX_NOISE_ALLOWANCE.
-    allowed = min(max(spec.max_p95_latency_ratio, report.get("p95_noise_ratio", 1.0)), MAX_NOISE_ALLOWANCE)
-    if report["p95_latency_ratio"] > allowed:
+    verdict = report.get("latency_verdict")
+    if verdict in (Verdict.FAIL, Verdict.INCONCLUSIVE):
+        low, high = report["latency_ratio_band"]
+        shown = "slower than" if verdict == Verdict.FAIL else "not shown within"
         found.append(
-            f"p95 latency ratio {report['p95_latency_ratio']:.2f} > {allowed:.2f} (configured "
-            f"{spec.max_p95_latency_ratio}, stable against itself {report.get('p95_noise_ratio', 1.0):.2f})"
+            f"latency {shown} +{spec.latency_tolerance:.0%} of stable: geometric-mean ratio "
+            f"{report['latency_ratio']:.3f} (band {low:.3f} … {high:.3f} at α={spec.latency_alpha:g}, "
+            f"{report['latency_pairs']} interleaved pairs)"
         )
     return found
 
@@ -146,7 +164,7 @@ def shadow(settings: Settings, version: int, data_end: datetime, *, plan_path: P
     client = TritonClient(url)
     try:
         report = compare(_eta(client, version, rows), _eta(client, champion, rows), cohorts, spec)
-        report.update(latency_ratio(client, (version, champion), rows, spec.latency_samples))
+        report.update(latency_verdict(client, (version, champion), rows, spec))
     finally:
         client.close()
     report.update(model_version=version, champion_version=champion)
