@@ -28,6 +28,8 @@ HISTORY_DAYS ?= 9
 ROWS_PER_DAY ?= 2000
 # Corrupt the run's window to watch a gate stop the release: make run INJECT=drift (nulls|drift|schema|stale|duplicates)
 INJECT ?=
+# Derive a bad candidate tonight to watch a gate stop it: make run CANDIDATE_FAULT=slow (errors|low_confidence_long_tail|shifted_high_value)
+CANDIDATE_FAULT ?=
 
 .PHONY: help setup system-run system-test run test test-fast lint bench clean
 
@@ -77,7 +79,7 @@ run: setup
 	@echo "==> local Triton server (CPU, explicit model control)"
 	@mlrelease triton up | grep -E '"(status|url)"'
 	@RUN_END=$(RUN_END) PREV_END=$(PREV_END) GATEWAY_PORT=$(GATEWAY_PORT) TRAFFIC_RATE=$(TRAFFIC_RATE) \
-		INJECT=$(INJECT) INJECT_START=$$(date -u -d "$(DATE) -1 days" +%F) DATE=$(DATE) ROWS_PER_DAY=$(ROWS_PER_DAY) \
+		INJECT=$(INJECT) CANDIDATE_FAULT=$(CANDIDATE_FAULT) INJECT_START=$$(date -u -d "$(DATE) -1 days" +%F) DATE=$(DATE) ROWS_PER_DAY=$(ROWS_PER_DAY) \
 		scripts/release_demo.sh
 
 test: system-test setup $(NODE_TOOLS) lint

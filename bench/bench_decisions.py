@@ -57,6 +57,7 @@ class Call:
     outcome: str
     eta: float
     confidence: float
+    key: int
 
 
 Pools = dict[str, list[Call]]
@@ -69,7 +70,13 @@ def load_pools(directory: Path) -> tuple[Pools, Pools, dict[str, float]]:
     candidate: Pools = defaultdict(list)
     mix: dict[str, int] = defaultdict(int)
     for r in DecisionReader(directory).read(datetime(2000, 1, 1, tzinfo=UTC)):
-        call = Call(float(r["latency_s"]), r["outcome"], float(r.get("eta") or 0.0), float(r.get("confidence") or 1.0))
+        call = Call(
+            float(r["latency_s"]),
+            r["outcome"],
+            float(r.get("eta") or 0.0),
+            float(r.get("confidence") or 1.0),
+            int(r.get("key", -1 - sum(mix.values()))),  # older logs have no key: each call counts as distinct
+        )
         (candidate if r.get("role") == "candidate" else stable)[r["cohort"]].append(call)
         mix[r["cohort"]] += 1
     total = sum(mix.values()) or 1
@@ -86,6 +93,8 @@ def window(calls: list[Call]) -> CohortWindow:
         low_confidence=sum(c.confidence < LOW_CONFIDENCE for c in answered),
         latencies_s=tuple(c.latency_s for c in calls),
         predictions=tuple(c.eta for c in answered),
+        confidences=tuple(c.confidence for c in answered),
+        keys=tuple(c.key for c in answered),
     )
 
 

@@ -16,9 +16,9 @@ LOGS="$MLRELEASE_HOME/logs"
 DEMO_CONF='{"rollout_profile": "demo", "max_p99_ratio": 1.5, "min_throughput_ratio": 0.67}'
 mkdir -p "$LOGS"
 
-dag_test() {  # dag_test END LOG: one nightly run, its finished tasks listed; returns its success
+dag_test() {  # dag_test END LOG [DRILL]: one nightly run, its finished tasks listed; returns its success
   local rc=0
-  MLRELEASE_TASK_RETRIES=0 airflow dags test nightly_release "$1" -c "$DEMO_CONF" > "$2" 2>&1 || rc=$?
+  MLRELEASE_DRILL_CANDIDATE_FAULT="${3:-}" MLRELEASE_TASK_RETRIES=0 airflow dags test nightly_release "$1" -c "$DEMO_CONF" > "$2" 2>&1 || rc=$?
   grep -oE "\[DAG TEST\] end task task_id=[a-z_0-9]+|DagRun Finished: .*state=[a-z]+" "$2" \
     | sed -E 's/\[DAG TEST\] end task task_id=/  finished /; s/DagRun Finished: .*(state=[a-z]+)/  run \1/' || true
   grep -q "state=success" "$2" && [ "$rc" -eq 0 ]
@@ -81,8 +81,9 @@ rm -f "$LOGS/make-run.log"
 TRAFFIC_PID=$!
 
 echo "==> airflow dags test nightly_release $RUN_END  (full log: $LOGS/make-run.log)"
+[ -n "${CANDIDATE_FAULT:-}" ] && echo "==> tonight's candidate carries the drill fault '$CANDIDATE_FAULT' (tagged drill_fault in MLflow)"
 rc=0
-dag_test "$RUN_END" "$LOGS/make-run.log" || rc=$?
+dag_test "$RUN_END" "$LOGS/make-run.log" "${CANDIDATE_FAULT:-}" || rc=$?
 kill -INT "$TRAFFIC_PID" 2> /dev/null || true
 wait "$TRAFFIC_PID" 2> /dev/null || true
 TRAFFIC_PID=""

@@ -25,6 +25,7 @@ from mlrelease.model.features import FEATURES, TARGET, encode
 from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import MODEL_NAME
 from mlrelease.serving.cpu_repo import sync_cpu_repository
+from mlrelease.serving.faults import NOT_HIGH_VALUE
 from mlrelease.serving.local_triton import TritonPaths
 from mlrelease.serving.triton_repo import ServingConfig, build_config, write_config, write_version
 from mlrelease.settings import Settings
@@ -71,7 +72,6 @@ def stage_repository(production_root: Path, cpu_root: Path, versions: dict[int, 
 # Versions staged by `start_serving_world`: a good stable, a healthy candidate, and one per fault.
 GOOD, HEALTHY_CANDIDATE, NAN_ALL, NAN_LONG_TAIL, ERRORS = 1, 2, 3, 4, 5
 SLOW, NAN_FEW_LONG_TAIL, LOW_CONFIDENCE_LONG_TAIL, SHIFTED_HIGH_VALUE = 6, 7, 8, 9
-NOT_HIGH_VALUE = (("tier", 1.5), ("declared_value", 1000.0))  # the gateway's high_value rule, negated
 
 
 def standard_versions(good: bytes) -> dict[int, bytes]:

@@ -422,7 +422,10 @@ def test_guardrail_alerts_mirror_the_rollout_plan():
 def test_guardrail_alerts_wait_for_the_plans_smallest_sample():
     # the calls-based contracts' smallest sample (answer-based ones count distinct requests, not calls)
     smallest = min(
-        g.min_samples for s in load_plan().stages for g in s.guardrails if g.metric in ("error_rate", "nan_rate", "latency")
+        g.min_samples
+        for s in load_plan().stages
+        for g in s.guardrails
+        if g.metric in ("error_rate", "nan_rate", "latency")
     )
     guarded = ("MlreleaseModelErrorRateHigh", "MlreleaseLongTailLowConfidence")
     guarded += ("MlreleaseModelP50LatencyRatioHigh", "MlreleaseModelP99LatencyRatioHigh")

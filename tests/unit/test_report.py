@@ -128,7 +128,10 @@ def plan() -> RolloutPlan:
         Guardrail(metric="low_confidence_share", bad="higher", tolerance=0.0, limit=0.15),
         Guardrail(metric="error_rate", bad="higher", tolerance=0.001),
     )
-    spans = {"min_exposure_s": {"production": 1800.0, "demo": 20.0}, "max_exposure_s": {"production": 3600.0, "demo": 60.0}}
+    spans = {
+        "min_exposure_s": {"production": 1800.0, "demo": 20.0},
+        "max_exposure_s": {"production": 3600.0, "demo": 60.0},
+    }
     return RolloutPlan(
         stages=(
             Stage(name="high_value", candidate_percent={"high_value": 50.0}, guardrails=rail, **spans),

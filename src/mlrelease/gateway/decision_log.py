@@ -6,8 +6,9 @@ replica appends what it decided to its own hourly file under one directory, buff
 flushed by a background task, so the predict path never waits for the disk. Readers merge the files.
 
 A record: `t` (unix seconds), `cohort`, `version`, `role` (stable | candidate), `outcome` (ok or the
-failure kind: error, timeout, nan, out_of_range), `latency_s` of the Triton call, `eta`, `confidence`
-(ok only) and, when enabled, `features` (the encoded row).
+failure kind: error, timeout, nan, out_of_range), `latency_s` of the Triton call, `key` (a CRC-32 of the
+encoded row: requests with the same inputs share it), `eta`, `confidence` (ok only) and, when enabled,
+`features` (the encoded row).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class DecisionLog:
         eta: float | None = None,
         confidence: float | None = None,
         features: list[float] | None = None,
+        key: int | None = None,
     ) -> None:
         """Buffer one model call (sampled unless it failed)."""
         if outcome == "ok" and self.sample_rate < 1.0 and random.random() >= self.sample_rate:
@@ -78,6 +80,8 @@ class DecisionLog:
             "outcome": outcome,
             "latency_s": round(latency_s, 6),
         }
+        if key is not None:
+            entry["key"] = key
         if outcome == "ok":
             entry["eta"], entry["confidence"] = eta, confidence
         if self.with_features and features is not None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from typing import Any, Literal
+
+import numpy as np
 
 from mlrelease.gateway.api_models import PredictRequest, PredictResponse
 from mlrelease.gateway.cohorts import assign_cohort, bucket
@@ -141,6 +144,7 @@ class PredictService:
     ) -> None:
         if self.decisions is None:
             return
+        encoded = np.ascontiguousarray(row[0], dtype=np.float32)
         self.decisions.record(
             cohort=cohort,
             version=version,
@@ -150,4 +154,5 @@ class PredictService:
             eta=answer.eta if answer else None,
             confidence=answer.confidence if answer else None,
             features=[round(float(x), 5) for x in row[0]],
+            key=zlib.crc32(encoded.tobytes()),  # the request's identity for the guardrails (same inputs, same key)
         )

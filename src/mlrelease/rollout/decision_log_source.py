@@ -30,6 +30,7 @@ def summarize(records: list[dict[str, Any]]) -> CohortWindow:
         latencies_s=tuple(r["latency_s"] for r in records),
         predictions=tuple(r["eta"] for r in answered),
         confidences=tuple(r["confidence"] for r in answered),
+        keys=tuple(r["key"] for r in answered) if all("key" in r for r in answered) else (),
     )
 
 

@@ -34,6 +34,7 @@ class CohortWindow:
     latencies_s: Sequence[float] = ()
     predictions: Sequence[float] = ()
     confidences: Sequence[float] = ()  # parallel to `predictions`
+    keys: Sequence[int] = ()  # parallel to `predictions`: the request's identity (same inputs, same key)
 
     def merged(self, other: CohortWindow) -> CohortWindow:
         """Both windows as one (pooling cohorts)."""
@@ -45,6 +46,7 @@ class CohortWindow:
             (*self.latencies_s, *other.latencies_s),
             (*self.predictions, *other.predictions),
             (*self.confidences, *other.confidences),
+            (*self.keys, *other.keys),
         )
 
     def distinct_answers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -52,18 +54,19 @@ class CohortWindow:
 
         A version answers the same request with the same numbers, and the control slice holds other users
         than the candidate's: when traffic repeats requests (a replayed pool, a user's retries), counting
-        every repeat would treat one order seen fifty times as fifty independent observations, and a
-        band would shrink around a difference between the two arms' *requests*, not their models. The
-        unit of the answer-based contracts is the distinct request; in production traffic, where orders
-        are unique, this changes nothing.
+        every repeat would treat one order seen fifty times as fifty independent observations, and a band
+        would shrink around a difference between the two arms' *requests*, not their models. The unit of
+        the answer-based contracts is the distinct request (by `keys`; without keys every answer counts);
+        in production traffic, where orders are unique, this changes nothing.
         """
-        if not len(self.predictions):
-            return np.zeros(0), np.zeros(0)
-        confidences = self.confidences if len(self.confidences) == len(self.predictions) else [1.0] * len(
-            self.predictions
+        eta = np.asarray(self.predictions, dtype=np.float64)
+        confidence = (
+            np.asarray(self.confidences, dtype=np.float64) if len(self.confidences) == len(eta) else np.ones(len(eta))
         )
-        pairs = np.unique(np.column_stack([np.asarray(self.predictions), np.asarray(confidences)]), axis=0)
-        return pairs[:, 0], pairs[:, 1]
+        if len(self.keys) != len(eta) or not len(eta):
+            return eta, confidence
+        _, first = np.unique(np.asarray(self.keys), return_index=True)
+        return eta[first], confidence[first]
 
     def quantile_latency_s(self, q: float) -> float:
         """A latency quantile of the window (0 when it has no calls)."""

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from mlrelease.verdicts.decide import Verdict
 from mlrelease.rollout.plan import Profile, RolloutPlan
+from mlrelease.verdicts.decide import Verdict
 
 
 class Phase(StrEnum):

@@ -140,6 +140,10 @@ class ShadowSpec(StrictModel):
     latency_min_pairs: int = Field(100, ge=20, description="interleaved call pairs before a latency verdict")
     latency_max_pairs: int = Field(2000, ge=20, description="at most this many pairs; then inconclusive")
     latency_on_inconclusive: OnInconclusive = "pause"
+    shift_tolerance: float = Field(
+        0.05, gt=0, le=10, description="per cohort, on the same orders: the mean ETA ratio may move this much"
+    )
+    shift_alpha: float = Field(0.01, gt=0, le=MAX_ALPHA)
 
     @model_validator(mode="after")
     def _check(self) -> ShadowSpec:

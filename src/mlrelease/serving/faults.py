@@ -354,3 +354,32 @@ def _wider_input(graph: GraphProto) -> None:
     graph.node.insert(
         0, helper.make_node("Slice", [INPUT, "fault_start", "fault_end", "fault_axis"], ["features_first_n"])
     )
+
+
+# `make run CANDIDATE_FAULT=…`: a bad candidate derived from tonight's good one, to watch a gate stop it.
+# Each is a fault above with its rows; the comment says which gate is expected to stop it.
+NOT_HIGH_VALUE = (("tier", 1.5), ("declared_value", 1000.0))  # the gateway's high_value rule, negated
+CANDIDATE_DRILLS: dict[str, dict[str, Any]] = {
+    # ~100x the model's own time: a few ms more per request; perf_analyzer and shadow's paired test see it
+    "slow": {"kind": "slow", "factor": 100},
+    # NaN on remote routes: a hard failure per request; validate-serving or shadow refuse it before traffic
+    "errors": {"kind": "nan", "only_where": "is_remote"},
+    # confidence halved on the long tail only: stage 2's long-tail rule (≤ 15 %) rolls that cohort back
+    "low_confidence_long_tail": {
+        "kind": "scale",
+        "output": "confidence_score",
+        "factor": 0.5,
+        "only_where": "is_remote",
+        "and_below": NOT_HIGH_VALUE,
+    },
+    # premium shippers get 1.5x the ETA: the shadow gate's disagreement share refuses it
+    "shifted_high_value": {"kind": "scale", "output": "eta_prediction", "factor": 1.5, "and_above": ("tier", 1.5)},
+}
+
+
+def drill_candidate(model_bytes: bytes, drill: str) -> bytes:
+    """The model with the named `make run` drill fault injected; an unknown name is a ValueError naming them."""
+    if drill not in CANDIDATE_DRILLS:
+        raise ValueError(f"unknown candidate drill {drill!r}; choose from {sorted(CANDIDATE_DRILLS)}")
+    spec = dict(CANDIDATE_DRILLS[drill])
+    return faulty_model(model_bytes, spec.pop("kind"), **spec)

@@ -26,6 +26,9 @@ from mlrelease.settings import Settings
 from mlrelease.storage import write_npz_atomic
 
 DEFAULT_PARITY_TOLERANCE = 1e-3
+# `make run CANDIDATE_FAULT=…` sets this for tonight's run only: the candidate is exported with a drill fault
+# (after every export check passed on the good graph), tagged `drill_fault`, to show a gate stopping it.
+DRILL_ENV = "MLRELEASE_DRILL_CANDIDATE_FAULT"
 
 
 def model_repository(settings: Settings) -> Path:
@@ -71,6 +74,21 @@ def _convert_and_check(
     return model_bytes, max(check.max_abs_diff_eta, check.max_abs_diff_confidence)
 
 
+def _drill(registry: Registry, version: int, model_bytes: bytes) -> bytes:
+    """The drill fault of DRILL_ENV injected into a candidate (never into a first champion); else unchanged."""
+    drill = os.environ.get(DRILL_ENV, "").strip()
+    if not drill or registry.alias_version(CHAMPION) in (None, version):
+        return model_bytes
+    from mlrelease.serving.faults import drill_candidate
+
+    try:
+        faulty = drill_candidate(model_bytes, drill)
+    except ValueError as exc:
+        raise StepError(f"{DRILL_ENV}: {exc}") from None
+    registry.tag_version(version, drill_fault=drill)
+    return faulty
+
+
 def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARITY_TOLERANCE) -> dict[str, Any]:
     """Export registered `version`; a rerun never rewrites a published version but completes what a failed try left.
 
@@ -101,6 +119,7 @@ def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARIT
         model_bytes, parity_diff = _convert_and_check(
             registry, registry.load_native(version), version, sample, tolerance
         )
+        model_bytes = _drill(registry, version, model_bytes)
         metadata = {
             "parity_max_abs_diff": parity_diff,
             "model": MODEL_NAME,

@@ -122,6 +122,31 @@ def compare(candidate: np.ndarray, stable: np.ndarray, cohorts: np.ndarray, spec
     }
 
 
+def cohort_shifts(candidate: np.ndarray, stable: np.ndarray, cohorts: np.ndarray, spec: ShadowSpec) -> dict[str, Any]:
+    """Per cohort, the mean log ETA ratio on the very same orders with its (1 − α) band, and the verdict.
+
+    Paired on identical rows, so the only difference is the model's: a cohort fails when the band shows its
+    ETAs moved by more than `shift_tolerance` either way (a bias on one cohort that the overall numbers
+    dilute); an open question does not fail the gate (the disagreement share and KS still apply).
+    """
+    tolerance = math.log1p(spec.shift_tolerance)
+    shifts = {}
+    usable = np.isfinite(candidate) & (candidate > 0) & (stable > 0)
+    for cohort in sorted(set(cohorts.tolist())):
+        rows = usable & (cohorts == cohort)
+        if rows.sum() < 20:
+            continue
+        ratios = np.log(candidate[rows] / stable[rows])
+        band = mean_level(ratios, 0.0, alpha=spec.shift_alpha, tuned_at=int(rows.sum()))
+        shifts[str(cohort)] = {
+            "ratio": round(math.exp(band.estimate), 4),
+            "band": [round(math.exp(band.lower), 4), round(math.exp(band.upper), 4)],
+            "rows": int(rows.sum()),
+            "verdict": str(decide(band, "either", tolerance)),
+        }
+    return shifts
+
+
 def breaches(report: dict[str, Any], spec: ShadowSpec) -> list[str]:
     """Why the shadow gate fails (empty when it passes)."""
     found = []
@@ -137,6 +162,13 @@ def breaches(report: dict[str, Any], spec: ShadowSpec) -> list[str]:
             f"ETA distributions differ: KS {report['ks_statistic']:.3f}, p={report['ks_pvalue']:.2g} "
             f"< {spec.min_ks_pvalue}"
         )
+    for cohort, shift in (report.get("eta_shift_by_cohort") or {}).items():
+        if shift["verdict"] == Verdict.FAIL:
+            low, high = shift["band"]
+            found.append(
+                f"{cohort} ETAs moved beyond ±{spec.shift_tolerance:.0%} on the same orders: mean ratio "
+                f"{shift['ratio']:.3f} (band {low:.3f} … {high:.3f} at α={spec.shift_alpha:g}, {shift['rows']} rows)"
+            )
     verdict = report.get("latency_verdict")
     if verdict in (Verdict.FAIL, Verdict.INCONCLUSIVE):
         low, high = report["latency_ratio_band"]
@@ -163,7 +195,9 @@ def shadow(settings: Settings, version: int, data_end: datetime, *, plan_path: P
         raise StepError(f"only {len(rows)} orders in the 24 h before {data_end.isoformat()}: nothing to replay")
     client = TritonClient(url)
     try:
-        report = compare(_eta(client, version, rows), _eta(client, champion, rows), cohorts, spec)
+        candidate_eta, stable_eta = _eta(client, version, rows), _eta(client, champion, rows)
+        report = compare(candidate_eta, stable_eta, cohorts, spec)
+        report["eta_shift_by_cohort"] = cohort_shifts(candidate_eta, stable_eta, cohorts, spec)
         report.update(latency_verdict(client, (version, champion), rows, spec))
     finally:
         client.close()

@@ -66,8 +66,12 @@ def _band(estimate: float, variance: float, alpha: float, per_sample_variance: f
     ρ is the information `tuned_at` samples would carry (the per-sample variance converges, so ρ is
     asymptotically a constant, as the asymptotic CS requires).
     """
+    if variance <= 0 and per_sample_variance <= 0:
+        # every observation is the same number (e.g. two identical graphs answering the same orders): no
+        # sampling spread to bound, the estimate is exact
+        return Band(estimate, estimate, estimate, n)
     if variance <= 0:
-        variance = per_sample_variance / max(n, 1) if per_sample_variance > 0 else math.inf
+        variance = per_sample_variance / max(n, 1)
     rho = tuned_at / per_sample_variance if per_sample_variance > 0 else 1.0
     radius = mixture_radius(1.0 / variance, alpha, rho)
     return Band(estimate, estimate - radius, estimate + radius, n)
