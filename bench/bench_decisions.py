@@ -10,7 +10,7 @@ the cohort (bootstrap), so both judges see the very same traffic.
 
 - A/A (a): both arms drawn from stable's recorded calls (a byte-identical copy of the champion).
 - A/A (b): the candidate arm drawn from the recorded calls of the healthy candidate that make run promoted
-  (a retrained model of the same quality), the control from stable's.
+  (a retrained model of the same quality), the control from stable's calls of the same minutes.
 - Power: the A/A (a) traffic with a fault injected into the candidate arm only.
 
 The new judge is the product's own analysis (`analyze_stage` + `next_action`, ticking every check_every_s);
@@ -22,6 +22,7 @@ The gateway's fast guard (which stops hard failures within seconds in a real run
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -64,12 +65,16 @@ Pools = dict[str, list[Call]]
 Fault = Callable[[str, Call, np.random.Generator], Call]
 
 
-def load_pools(directory: Path) -> tuple[Pools, Pools, dict[str, float]]:
-    """Recorded stable calls and candidate calls per cohort, and the cohort mix of all calls."""
+def load_pools(directory: Path) -> tuple[Pools, Pools, Pools, dict[str, float]]:
+    """Recorded stable calls, the candidate's calls, stable's calls while the candidate was live, the cohort mix."""
     stable: Pools = defaultdict(list)
     candidate: Pools = defaultdict(list)
+    during: Pools = defaultdict(list)
     mix: dict[str, int] = defaultdict(int)
-    for r in DecisionReader(directory).read(datetime(2000, 1, 1, tzinfo=UTC)):
+    records = DecisionReader(directory).read(datetime(2000, 1, 1, tzinfo=UTC))
+    live = [r["t"] for r in records if r.get("role") == "candidate"]
+    span = (min(live), max(live)) if live else (0.0, -1.0)
+    for r in records:
         call = Call(
             float(r["latency_s"]),
             r["outcome"],
@@ -77,10 +82,15 @@ def load_pools(directory: Path) -> tuple[Pools, Pools, dict[str, float]]:
             float(r.get("confidence") or 1.0),
             int(r.get("key", -1 - sum(mix.values()))),  # older logs have no key: each call counts as distinct
         )
-        (candidate if r.get("role") == "candidate" else stable)[r["cohort"]].append(call)
+        if r.get("role") == "candidate":
+            candidate[r["cohort"]].append(call)
+        else:
+            stable[r["cohort"]].append(call)
+            if span[0] <= r["t"] <= span[1]:
+                during[r["cohort"]].append(call)
         mix[r["cohort"]] += 1
     total = sum(mix.values()) or 1
-    return dict(stable), dict(candidate), {c: n / total for c, n in mix.items()}
+    return dict(stable), dict(candidate), dict(during), {c: n / total for c, n in mix.items()}
 
 
 def window(calls: list[Call]) -> CohortWindow:
@@ -340,16 +350,59 @@ def faults() -> dict[str, tuple[Fault | None, str]]:
         return lambda cohort, call, rng: replace(call, eta=call.eta * factor) if cohort == "high_value" else call
 
     return {
-        "latency +25 %": (slower(1.25), "stage 1, all"),
-        "latency +100 %": (slower(2.0), "stage 1, all"),
+        "latency +25 %": (slower(1.25), "shadow or stage 1"),
+        "latency +100 %": (slower(2.0), "shadow or stage 1"),
         "error rate 0.5 %": (errors(0.005), "stage 1, all"),
         "error rate 5 %": (errors(0.05), "stage 1, all"),
         "NaN on 1 % of long_tail": (nan_on("long_tail", 0.01), "stage 2, long_tail"),
         "long_tail low confidence 20 %": (low_confidence(0.20), "stage 2, long_tail"),
         "long_tail low confidence 40 %": (low_confidence(0.40), "stage 2, long_tail"),
-        "high_value ETA +10 %": (biased(1.10), "stage 1, all"),
-        "high_value ETA +30 %": (biased(1.30), "stage 1, all"),
+        "high_value ETA +10 %": (biased(1.10), "shadow"),
+        "high_value ETA +30 %": (biased(1.30), "shadow"),
     }
+
+
+def shadow_outcome(
+    plan: RolloutPlan, stable: Pools, fault: Fault | None, rng: np.random.Generator, identical: bool = True
+) -> str:
+    """The shadow gate on a sample of recorded orders: the fault applied to the candidate's answers and latencies.
+
+    ETAs are paired on the same recorded answers (as the real shadow replays the same orders); latency pairs
+    are drawn independently from stable's recorded calls (the real pairs share the server's load, so they
+    are closer than these: this is the pessimistic case for the test's power).
+    """
+    from mlrelease.steps.shadow import breaches, cohort_shifts, compare
+    from mlrelease.verdicts.decide import Verdict as V
+    from mlrelease.verdicts.decide import decide
+    from mlrelease.verdicts.sequential import mean_level
+
+    spec = plan.shadow
+    rows = [(c, call) for c in COHORTS for call in draw(stable[c], int(1000 * len(stable[c]) / 20000) + 50, rng)]
+    rows = [(c, call) for c, call in rows if call.outcome == "ok"][: spec.samples]
+    cohorts = np.array([c for c, _ in rows])
+    base = np.array([call.eta for _, call in rows])
+    hurt = [fault(c, call, rng) if fault else call for c, call in rows]
+    eta = np.array([h.eta if h.outcome == "ok" else np.nan for h in hurt])
+    report = {**compare(eta, base, cohorts, spec), "eta_shift_by_cohort": cohort_shifts(eta, base, cohorts, spec)}
+    everyone = [call for c in COHORTS for call in stable[c]]
+    ratios: list[float] = []
+    verdict, band = V.CONTINUE, None
+    while verdict is V.CONTINUE and len(ratios) < spec.latency_max_pairs:
+        for a, b in zip(draw(everyone, 50, rng), draw(everyone, 50, rng), strict=True):
+            slowed = fault("core", a, rng).latency_s if fault else a.latency_s
+            ratios.append(math.log(slowed / b.latency_s))
+        if len(ratios) >= spec.latency_min_pairs:
+            band = mean_level(ratios, 0.0, alpha=spec.latency_alpha, tuned_at=spec.latency_min_pairs)
+            verdict = decide(band, "higher", math.log1p(spec.latency_tolerance))
+    assert band is not None
+    report.update(
+        latency_verdict="inconclusive" if verdict is V.CONTINUE else str(verdict),
+        latency_ratio=math.exp(band.estimate),
+        latency_ratio_band=[math.exp(band.lower), math.exp(band.upper)],
+        latency_pairs=len(ratios),
+    )
+    found = breaches(report, spec)
+    return "refused: " + found[0].split(":")[0][:40] if found else "passed"
 
 
 def summarize(outcomes: list[Outcome], bad: bool) -> str:
@@ -375,7 +428,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    stable, candidate, mix = load_pools(args.decisions)
+    stable, candidate, during, mix = load_pools(args.decisions)
     missing = [c for c in COHORTS if len(stable.get(c, ())) < 100]
     if missing:
         raise SystemExit(f"{args.decisions}: fewer than 100 recorded stable calls for {missing}; run `make run` first")
@@ -390,16 +443,24 @@ def main() -> None:
     scenarios: list[tuple[str, tuple[Pools, Pools], Fault | None, str]] = [
         ("A/A (a) identical copy", (stable, stable), None, "promote"),
     ]
-    if all(len(candidate.get(c, ())) >= 100 for c in COHORTS):
-        scenarios.append(("A/A (b) retrained, same quality", (stable, candidate), None, "promote"))
+    if all(len(candidate.get(c, ())) >= 100 and len(during.get(c, ())) >= 100 for c in COHORTS):
+        # the control drawn from stable's calls of the same minutes: a concurrent control, as in a stage
+        scenarios.append(("A/A (b) retrained, same quality", (during, candidate), None, "promote"))
     scenarios += [(name, (stable, stable), fault, where) for name, (fault, where) in faults().items()]
     rng = np.random.default_rng(args.seed)
-    print(f"\n{'scenario':<34} {'expected':<20} {'sequential judge (this plan)':<58} fixed-threshold judge (before)")
+    print(
+        f"\n{'scenario':<32} {'expected':<19} {'shadow gate (this plan)':<34} "
+        f"{'stages, sequential judge (this plan)':<60} stages, fixed-threshold judge (before)"
+    )
     for name, pools, fault, expected in scenarios:
+        shadows = [shadow_outcome(plan, stable, fault, rng) for _ in range(args.runs)]
+        passed = shadows.count("passed")
+        refused = sorted({s for s in shadows if s != "passed"})
+        gate = f"{len(shadows) - passed}/{len(shadows)} refused" + (f" ({refused[0][9:]})" if refused else "")
         seq = [run_sequential(plan, args, pools, mix, fault, rng) for _ in range(args.runs)]
         old = [run_fixed(args, pools, mix, fault, rng) for _ in range(args.runs)]
         bad = fault is not None
-        print(f"{name:<34} {expected:<20} {summarize(seq, bad):<58} {summarize(old, bad)}")
+        print(f"{name:<32} {expected:<19} {gate:<34} {summarize(seq, bad):<60} {summarize(old, bad)}")
     print("\nA/A rows: 'refused' counts rollbacks and pauses of a good candidate; 'median' is the time to promote.")
     print("Power rows: 'stopped' counts rollbacks (and pauses); 'median' is the time from first exposure to it.")
     print(

@@ -31,12 +31,14 @@ Every night at 02:00 UTC, for the data interval that just closed (the previous 2
    latency and throughput ratios. With no champion yet, the first candidate that passes every gate
    becomes champion (bootstrap), and the rollout tasks are skipped.
 9. **shadow** replays the interval's orders through candidate and champion on Triton and gates on the
-   share of differing answers, a KS test and p95 latency.
+   share of differing answers, a KS test, each cohort's ETA shift on the same orders and a sequential
+   paired latency test.
 10. **rollout_stage_N → wait_N → analyze_N** for each stage of the rollout plan (`config/rollout_plan.yaml`):
-    high-value cohort, then the long tail, then everyone with stable keeping a 5 % control group. The waits
-    are deferrable (no worker is held). `analyze_N` judges the guardrails per cohort, candidate against
-    stable, and advances, rolls one cohort back (and diagnoses it), rolls everything back (the task fails
-    and alerts with the numbers), or pauses for a human (the rest of the run is skipped).
+    high-value cohort, then the long tail, then everyone, each judged cohort keeping a concurrent control
+    slice on stable. `analyze_N` looks once per execution and defers between looks (no worker is held):
+    every guardrail is a sequential test with a tolerance and a false-verdict rate; it rolls back as soon
+    as a fail is established, advances as soon as everything passed after the minimum exposure, rolls one
+    cohort back (and diagnoses it), or pauses for a human (the rest of the run is skipped).
 11. **promote** moves the `champion` alias (all traffic first); **retire** unloads the previous champion
     once its keep window (instant rollback) has passed.
 12. **rollback** runs only when a rollout task up to the promotion failed: traffic back to stable, candidate

@@ -104,3 +104,11 @@ def test_deciding_is_pure_and_a_rerun_decides_the_same():
     after = apply(state, first, PLAN, now)
     assert after == apply(state, first, PLAN, now)
     assert candidate_percent(after, PLAN) == {"*": 95, "long_tail": 0.0}
+
+
+def test_a_pooled_breach_rolls_everything_back_even_in_a_cohort_rollback_stage():
+    state = RolloutState(candidate_version=2, stable_version=1, stage=1, stage_opened_at=T0)
+    action = next_action(
+        state, PLAN, "demo", T0 + timedelta(seconds=40), {"*": Verdict.FAIL, "long_tail": Verdict.PASS}
+    )
+    assert action.kind is ActionKind.ROLLBACK_ALL and action.cohorts == ("*",)

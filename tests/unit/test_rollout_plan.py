@@ -144,3 +144,10 @@ def test_latency_and_prediction_shift_are_relative_and_two_sided_where_declared(
     assert evaluate(shift, "core", _window(eta=30), _window()).verdict is Verdict.FAIL
     assert evaluate(shift, "core", _window(eta=14), _window()).verdict is Verdict.FAIL
     assert evaluate(shift, "core", _window(eta=20.2), _window()).verdict is Verdict.PASS
+
+
+def test_a_zero_limit_fails_at_the_first_event_without_spending_alpha():
+    rule = Guardrail(metric="nan_rate", bad="higher", tolerance=0.0, limit=0.0)
+    one_nan = evaluate(rule, "long_tail", _window(n=300, nan=1), _window(n=300))
+    assert one_nan.verdict is Verdict.FAIL and "1 of 300 calls, over a zero limit" in one_nan.reason
+    assert evaluate(rule, "long_tail", _window(n=300), _window(n=300)).verdict is not Verdict.FAIL

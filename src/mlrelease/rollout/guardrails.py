@@ -142,6 +142,13 @@ def evaluate(guardrail: Guardrail, cohort: str, candidate: CohortWindow, stable:
     band, mine, theirs = band_for(guardrail, candidate, stable)
     tolerance = guardrail.log_tolerance
     contract = guardrail.describe()
+    if guardrail.limit == 0 and guardrail.tolerance == 0 and (mine or 0) > 0:
+        # A zero limit needs no statistics: one observed event proves the rate is above zero.
+        bad, n = _counts(guardrail.metric, candidate)
+        reason = f"{cohort} {guardrail.metric}: {bad} of {n} calls, over a zero limit → fail [{contract}]"
+        return GuardrailResult(
+            cohort, guardrail.metric, Verdict.FAIL, mine, theirs, tolerance, reason, band.as_dict(), contract
+        )
     if band.samples < guardrail.min_samples:
         reason = f"{cohort} {guardrail.metric}: {band.samples} calls in the smaller arm, need {guardrail.min_samples}"
         return GuardrailResult(

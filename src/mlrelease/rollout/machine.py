@@ -118,7 +118,8 @@ def _on_breach(state: RolloutState, plan: RolloutPlan, failed: tuple[str, ...]) 
     if stage.on_breach == "pause":
         return Action(ActionKind.PAUSE, state.stage, failed, reason)
     # Taking one cohort back only makes sense while other cohorts stay on the candidate.
-    whole = "*" in stage.candidate_percent or set(failed) >= set(stage.candidate_percent)
+    # A pooled verdict ('*') belongs to no single cohort: only a rollback of everything undoes it.
+    whole = "*" in stage.candidate_percent or "*" in failed or set(failed) >= set(stage.candidate_percent)
     if stage.on_breach == "rollback_cohort" and not whole:
         return Action(ActionKind.ROLLBACK_COHORT, state.stage, failed, reason)
     return Action(ActionKind.ROLLBACK_ALL, state.stage, failed, reason)

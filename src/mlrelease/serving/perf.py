@@ -103,13 +103,15 @@ def run_perf_analyzer(
 
 @dataclass(frozen=True)
 class Verdict:
-    """Outcome of the performance gate, with the measurement noise it allowed for."""
+    """Outcome of the performance gate: the medians, and how many paired measurements were beyond tolerance."""
 
     passed: bool
     worst_p99_ratio: float
     worst_throughput_ratio: float
-    p99_noise: float
-    throughput_noise: float
+    pairs: int  # paired (round, concurrency) measurements of challenger and champion
+    p99_beyond: int  # of them, how many had the challenger's p99 beyond the tolerance
+    throughput_beyond: int
+    false_fail_rate: float  # the sign test's rate of failing a challenger exactly at the tolerance
     reason: str
 
 
@@ -134,40 +136,42 @@ def median_levels(rounds: list[list[Level]]) -> list[Level]:
     ]
 
 
-MAX_NOISE_ALLOWANCE = 1.5  # measurement noise may widen the p99 allowance to at most 1.5x (throughput: 1/1.5)
-
-
 def compare(
     challenger: list[list[Level]], champion: list[list[Level]], *, max_p99_ratio: float, min_throughput_ratio: float
 ) -> Verdict:
-    """Challenger vs champion on medians over interleaved rounds; the worst shared concurrency level decides.
+    """A sign test over paired measurements: fail only when *every* pair shows the challenger beyond tolerance.
 
-    At each level the champion's own round-to-round spread (max/min of its p99 and throughput) is the
-    measurement noise on this machine: a ratio within that noise is not evidence of a regression, so the
-    allowance is the configured ratio or the noise, whichever is looser, but never looser than
-    MAX_NOISE_ALLOWANCE. On a quiet GPU node the noise is small and the configured ratios decide; a 2x
-    slowdown fails however noisy the machine.
+    Round n of the challenger and round n of the champion ran back to back (`measure` alternates their
+    order), so each (round, concurrency) is a paired comparison under the same machine state. If the
+    challenger were exactly at the tolerance, each pair would land beyond it with probability 1/2, so all
+    k pairs do with probability 2^-k: the false-fail rate at the boundary (1/64 for 3 rounds × 2 levels),
+    and far less for a challenger of the champion's speed. A slower challenger is beyond tolerance in every
+    pair. The allowance never widens with the machine's noise: noise makes some pair fall inside, and the
+    gate passes — the shadow's paired test and the stages' latency contract judge latency precisely.
     """
     ours, theirs = _by_concurrency(challenger), _by_concurrency(champion)
     shared = sorted(set(ours) & set(theirs))
     if not shared:
         raise StepError("champion and challenger were measured at no common concurrency level")
-    problems: list[str] = []
-    worst_p99, worst_tput, p99_noise, tput_noise = 0.0, float("inf"), 1.0, 1.0
+    p99_pairs, tput_pairs = [], []
     for c in shared:
-        base_p99 = [x.p99_us for x in theirs[c]]
-        base_tput = [x.throughput for x in theirs[c]]
-        noise_p99 = min(max(base_p99) / min(base_p99), MAX_NOISE_ALLOWANCE)
-        noise_tput = max(min(base_tput) / max(base_tput), 1 / MAX_NOISE_ALLOWANCE)
-        r_p99 = statistics.median(x.p99_us for x in ours[c]) / statistics.median(base_p99)
-        r_tput = statistics.median(x.throughput for x in ours[c]) / statistics.median(base_tput)
-        allowed_p99, allowed_tput = max(max_p99_ratio, noise_p99), min(min_throughput_ratio, noise_tput)
-        if r_p99 > allowed_p99:
-            problems.append(f"concurrency {c}: p99 latency ratio {r_p99:.2f} > {allowed_p99:.2f}")
-        if r_tput < allowed_tput:
-            problems.append(f"concurrency {c}: throughput ratio {r_tput:.2f} < {allowed_tput:.2f}")
-        worst_p99, worst_tput = max(worst_p99, r_p99), min(worst_tput, r_tput)
-        p99_noise, tput_noise = max(p99_noise, noise_p99), min(tput_noise, noise_tput)
-    noise = f"(configured {max_p99_ratio}/{min_throughput_ratio}, champion noise {p99_noise:.2f}/{tput_noise:.2f})"
+        for mine, base in zip(ours[c], theirs[c], strict=False):
+            p99_pairs.append((c, mine.p99_us / base.p99_us))
+            tput_pairs.append((c, mine.throughput / base.throughput))
+    k = len(p99_pairs)
+    p99_beyond = sum(r > max_p99_ratio for _, r in p99_pairs)
+    tput_beyond = sum(r < min_throughput_ratio for _, r in tput_pairs)
+    worst_p99 = max(statistics.median(r for c2, r in p99_pairs if c2 == c) for c in shared)
+    worst_tput = min(statistics.median(r for c2, r in tput_pairs if c2 == c) for c in shared)
+    problems = []
+    if p99_beyond == k:
+        problems.append(f"p99 latency ratio above {max_p99_ratio} in all {k} paired measurements")
+    if tput_beyond == k:
+        problems.append(f"throughput ratio below {min_throughput_ratio} in all {k} paired measurements")
+    rate = 0.5**k
+    evidence = (
+        f"p99 beyond {max_p99_ratio} in {p99_beyond}/{k} pairs, throughput below {min_throughput_ratio} in "
+        f"{tput_beyond}/{k} (sign test: false-fail rate at the tolerance {rate:.3f})"
+    )
     reason = "; ".join(problems) or f"worst p99 ratio {worst_p99:.2f}, worst throughput ratio {worst_tput:.2f}"
-    return Verdict(not problems, worst_p99, worst_tput, p99_noise, tput_noise, f"{reason} {noise}")
+    return Verdict(not problems, worst_p99, worst_tput, k, p99_beyond, tput_beyond, rate, f"{reason}; {evidence}")

@@ -106,6 +106,20 @@ class TritonClient:
         )
         return {name: result.as_numpy(name).reshape(-1) for name in outputs}
 
+    def inference_stats(self, model: str, version: int) -> dict[str, int]:
+        """Triton's cumulative server-side counters for one version: successes, and queue / compute time (ns)."""
+        raw = self._do("reading inference statistics", self._client.get_inference_statistics, model, str(version))
+        stats = next(iter(raw.get("model_stats") or []), {}).get("inference_stats") or {}
+
+        def field(name: str, part: str) -> int:
+            return int((stats.get(name) or {}).get(part, 0))
+
+        return {
+            "success": field("success", "count"),
+            "queue_ns": field("queue", "ns"),
+            "compute_ns": field("compute_infer", "ns"),
+        }
+
     def close(self) -> None:
         """Close the connection (an idle keep-alive connection delays a server's shutdown)."""
         self._client.close()

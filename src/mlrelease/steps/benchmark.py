@@ -1,4 +1,4 @@
-"""Step `benchmark`: perf_analyzer on challenger and champion with the same settings; gate on p99 and throughput."""
+"""Step `benchmark`: perf_analyzer on challenger and champion in paired rounds; a sign test on p99 and throughput."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def benchmark(
     if not verdict.passed:
         raise GateFailed(
             f"version {version} is too slow against champion {champion} "
-            f"(medians of {perf.rounds} rounds): {verdict.reason}"
+            f"({perf.rounds} paired rounds): {verdict.reason}"
         )
     return {
         **result,
@@ -127,4 +127,6 @@ def benchmark(
         "verdict": verdict.reason,
         "p99_ratio": verdict.worst_p99_ratio,
         "throughput_ratio": verdict.worst_throughput_ratio,
+        "pairs": verdict.pairs,
+        "false_fail_rate": verdict.false_fail_rate,
     }

@@ -67,6 +67,7 @@ def latency_verdict(
     """
     candidate, stable = versions
     tolerance = math.log1p(spec.latency_tolerance)
+    before = {v: client.inference_stats(MODEL_NAME, v) for v in versions}
     ratios: list[float] = []
     seconds: dict[int, list[float]] = {candidate: [], stable: []}
     verdict, band = Verdict.CONTINUE, None
@@ -94,6 +95,7 @@ def latency_verdict(
         ]
     assert band is not None
     return {
+        "server_side_us": _server_side(client, before),
         "latency_pairs": len(ratios),
         "median_latency_ms": {str(v): round(float(np.median(xs)) * 1000, 3) for v, xs in seconds.items()},
         "latency_ratio": round(math.exp(band.estimate), 4),
@@ -102,6 +104,20 @@ def latency_verdict(
         "latency_alpha": spec.latency_alpha,
         "latency_verdict": str(verdict),
     }
+
+
+def _server_side(client: TritonClient, before: dict[int, dict[str, int]]) -> dict[str, dict[str, float]]:
+    """Per version, Triton's own mean queue and compute time (µs) over the calls since `before` (evidence)."""
+    found = {}
+    for version, start in before.items():
+        now = client.inference_stats(MODEL_NAME, version)
+        calls = max(now["success"] - start["success"], 1)
+        found[str(version)] = {
+            "calls": now["success"] - start["success"],
+            "queue_us": round((now["queue_ns"] - start["queue_ns"]) / calls / 1000, 2),
+            "compute_us": round((now["compute_ns"] - start["compute_ns"]) / calls / 1000, 2),
+        }
+    return found
 
 
 def compare(candidate: np.ndarray, stable: np.ndarray, cohorts: np.ndarray, spec: ShadowSpec) -> dict[str, Any]:
