@@ -25,7 +25,9 @@ PREV_END := $(shell date -u -d "$(DATE) -1 days" +%F)T02:00:00+00:00
 GATEWAY_PORT ?= 8080
 TRAFFIC_RATE ?= 200
 HISTORY_DAYS ?= 9
-ROWS_PER_DAY ?= 2000
+# Orders per day. The demo traffic replays the last 5 h of orders (older ones are past the package features'
+# freshness budget): 6,000 a day gives the long tail ~170 distinct orders there, enough for its guardrails.
+ROWS_PER_DAY ?= 6000
 # Corrupt the run's window to watch a gate stop the release: make run INJECT=drift (nulls|drift|schema|stale|duplicates)
 INJECT ?=
 # Derive a bad candidate tonight to watch a gate stop it: make run CANDIDATE_FAULT=slow (errors|low_confidence_long_tail|shifted_high_value)

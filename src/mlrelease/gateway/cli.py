@@ -146,9 +146,7 @@ def _cmd_traffic(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
         from mlrelease.gateway.online_features import wall_clock
 
         as_of = wall_clock()
-    # A day of orders: with only a few hours the long tail has a few dozen distinct orders, and every
-    # answer-based guardrail would judge the same few dozen requests over and over.
-    pool = traffic.order_pool(settings.offline_dir, as_of, config.cohorts, hours=24)
+    pool = traffic.order_pool(settings.offline_dir, as_of, config.cohorts)
     mix = traffic.parse_mix(args.mix, config.cohorts.names)
     bodies = traffic.build_requests(pool, 5_000, mix, supply_features=args.supply_features, seed=args.seed)
     stop = threading.Event()  # SIGINT / SIGTERM end the run early, and the report is still printed
