@@ -14,7 +14,7 @@ from mlrelease.report.collect import collect
 from mlrelease.report.inputs import ReportInputError
 from mlrelease.report.links import report_dir
 from mlrelease.rollout.plan import Guardrail, RolloutPlan, Stage
-from mlrelease.rollout.store import Event, RolloutRecord
+from mlrelease.rollout.store import Event, RolloutRecord, RolloutStore
 from mlrelease.settings import Settings
 from mlrelease.steps.report import build_report
 from mlrelease.storage import write_json_atomic, write_text_atomic
@@ -232,6 +232,31 @@ def write_promoted_run(home: Path) -> None:
     hour = T0.strftime("%Y%m%dT%H")
     text = "\n".join(json.dumps(line) for line in lines) + "\n"
     write_text_atomic(home / "gateway" / "decisions" / f"{hour}-test-1.jsonl", text)
+    # The analysis trail: each tick's estimate and band per contract (what the evidence plot draws).
+    store = RolloutStore(home / "rollout", MODEL_NAME)
+    rec = record(events, phase="promoted", reason="promoted")
+    for tick in range(1, 7):
+        width = 0.3 / tick
+        store.append_evidence(
+            rec,
+            {
+                "at": at(3 * tick).isoformat(),
+                "stage": 0,
+                "elapsed_s": 3.0 * tick,
+                "results": [
+                    [
+                        "*",
+                        "latency",
+                        "continue" if tick < 6 else "pass",
+                        0.02,
+                        0.02 - width,
+                        0.02 + width,
+                        0.2231,
+                        "latency +25% vs stable at α=0.01",
+                    ]
+                ],
+            },
+        )
 
 
 def write_cohort_rollback_run(home: Path) -> None:
@@ -328,6 +353,7 @@ def test_promoted_run_has_every_section_its_numbers_and_plots(home: Path) -> Non
         "benchmark.png",
         "shadow.png",
         "rollout.png",
+        "evidence.png",
     }
     assert all(f'src="{name}"' in html for name in pngs)  # relative, next to index.html
     assert_valid_pngs(Path(result["report"]), pngs)
