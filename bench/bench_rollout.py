@@ -37,19 +37,20 @@ WINDOW = ("2026-11-28T02:00:00+00:00", "2026-11-29T02:00:00+00:00")
 FLAGGER_SECONDS = 600.0
 RATE = 200.0
 GUARDRAILS = [
-    {"metric": "error_rate", "max": 0.001},
-    {"metric": "nan_rate", "max": 0.0},
-    {"metric": "low_confidence_share", "max": 0.15},
+    {"metric": "error_rate", "bad": "higher", "tolerance": 0.001, "on_inconclusive": "accept", "min_samples": 100},
+    {"metric": "nan_rate", "bad": "higher", "tolerance": 0.0, "limit": 0.0, "on_inconclusive": "accept"},
+    {"metric": "low_confidence_share", "bad": "higher", "tolerance": 0.0, "limit": 0.15, "min_samples": 50},
 ]
 
 
 def plan(stage_seconds: float, cohorts: dict[str, float], on_breach: str) -> dict[str, Any]:
-    """A one-stage plan (the stage under test) with demo duration `stage_seconds`."""
+    """A one-stage plan (the stage under test): decisions from its first look, at most `stage_seconds` x 3."""
     stage = {
         "name": "under_test",
-        "candidate_percent": cohorts,
-        "duration_s": {"production": 3600, "demo": stage_seconds},
-        "min_samples": 100,
+        "candidate_percent": {c: min(p, 50.0) for c, p in cohorts.items()},  # the rest is the control slice
+        "min_exposure_s": {"production": 3600, "demo": stage_seconds},
+        "max_exposure_s": {"production": 7200, "demo": 3 * stage_seconds},
+        "check_every_s": {"production": 300, "demo": 0.5},
         "on_breach": on_breach,
         "guardrails": GUARDRAILS,
     }
@@ -76,7 +77,7 @@ def one_run(world: dict[str, Any], version: int, plan_file: Path, n: int) -> dic
     analyze_at = datetime.fromisoformat(opened["analyze_at"])
     time.sleep(max(0.0, analyze_at.timestamp() - time.time()))
     try:
-        steps.analyze(settings, 0, version, key, poll_s=0.5)
+        steps.analyze(settings, 0, version, key)
     except (GateFailed, Skipped):
         pass
     steps.rollback(settings, key, reason="bench run over")

@@ -175,11 +175,14 @@ def resolve_inconclusive(
     result: GuardrailResult, guardrail: Guardrail, *, exposed_enough: bool = True, final: bool = True
 ) -> GuardrailResult:
     """A `continue` becomes what the contract's `on_inconclusive` says: at the maximum exposure (`final`), and
-    for `accept` already once the minimum exposure is over (such a contract fails on evidence, never holds a
-    stage open: the choice for rare events whose non-inferiority would need far more calls than a stage has)."""
+    for `accept` already once the minimum exposure is over and the contract has its minimum sample (such a
+    contract fails on evidence and does not hold a stage open beyond that: the choice for rare events whose
+    non-inferiority would need far more calls than a stage has)."""
     if result.verdict is not Verdict.CONTINUE:
         return result
-    if not (final or (exposed_enough and guardrail.on_inconclusive == "accept")):
+    # Early acceptance needs the question asked on enough data: below its minimum sample a contract stays open.
+    enough = int(result.band.get("samples", 0)) >= guardrail.min_samples
+    if not (final or (exposed_enough and enough and guardrail.on_inconclusive == "accept")):
         return result
     outcome = {"accept": Verdict.PASS, "pause": Verdict.INCONCLUSIVE, "rollback": Verdict.FAIL}[
         guardrail.on_inconclusive

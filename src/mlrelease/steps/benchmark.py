@@ -118,8 +118,7 @@ def benchmark(
     )
     if not verdict.passed:
         raise GateFailed(
-            f"version {version} is too slow against champion {champion} "
-            f"({perf.rounds} paired rounds): {verdict.reason}"
+            f"version {version} is too slow against champion {champion} ({perf.rounds} paired rounds): {verdict.reason}"
         )
     return {
         **result,
