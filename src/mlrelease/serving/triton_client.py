@@ -108,8 +108,11 @@ class TritonClient:
 
     def inference_stats(self, model: str, version: int) -> dict[str, int]:
         """Triton's cumulative server-side counters for one version: successes, and queue / compute time (ns)."""
-        raw = self._do("reading inference statistics", self._client.get_inference_statistics, model, str(version))
-        stats = next(iter(raw.get("model_stats") or []), {}).get("inference_stats") or {}
+        raw: dict[str, Any] = self._do(
+            "reading inference statistics", self._client.get_inference_statistics, model, str(version)
+        )
+        entries: list[dict[str, Any]] = raw.get("model_stats") or []
+        stats: dict[str, Any] = (entries[0] if entries else {}).get("inference_stats") or {}
 
         def field(name: str, part: str) -> int:
             return int((stats.get(name) or {}).get(part, 0))
