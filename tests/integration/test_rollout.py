@@ -67,14 +67,14 @@ NAN_RATE = {
     "on_inconclusive": "accept",
     "min_samples": 40,
 }
-# One 2-core machine runs Triton, the gateway, the traffic and the tests: the tolerance is wide, and the
-# slow candidate (~3x the call latency) is far beyond it.
+# One 2-core machine runs Triton, the gateway, the traffic and the tests: the tolerance is wide (+30 %), and
+# the slow candidate (a few ms more per call) is beyond it.
 LATENCY = {
     "metric": "latency",
     "bad": "higher",
-    "tolerance": 0.5,
+    "tolerance": 0.3,
     "cohorts": ["*"],
-    "on_inconclusive": "accept",
+    "on_inconclusive": "pause",  # a pass must be shown: an accepted open question would let the slow one through
     "min_samples": 40,
 }
 # The control slice is other users than the candidate's: their ETAs differ a little even for one model.
@@ -109,7 +109,8 @@ PLAN = {
             "name": "high_value",
             "candidate_percent": {"high_value": 50},
             "min_exposure_s": SPAN,
-            "max_exposure_s": MAX,
+            # the latency contract needs ~25 s of this test's high-value traffic to tell +30 % apart
+            "max_exposure_s": {"production": 7200, "demo": 45},
             "check_every_s": EVERY,
             "on_breach": "rollback_all",
             "guardrails": [ERRORS_RATE, NAN_RATE, LATENCY, LOW],
@@ -398,7 +399,9 @@ def test_slow_candidate_fails_the_latency_guardrail(fresh, gateway, bodies):
     release = Release(fresh, SLOW)
     outcome, report = _traffic_then(fresh, gateway, bodies, lambda: release.wait_and_analyze(0))
     assert report.errors == 0, report.summary()
-    assert isinstance(outcome, GateFailed) and "* latency: shift +" in str(outcome), outcome
+    assert isinstance(outcome, GateFailed) and "* latency: shift +" in str(outcome), (
+        [r["reason"] for r in outcome["results"]] if isinstance(outcome, dict) else outcome
+    )
     assert release.record().phase is Phase.ROLLED_BACK
 
 

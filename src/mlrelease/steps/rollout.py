@@ -16,7 +16,7 @@ from typing import Any
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME
 from mlrelease.rollout.analysis import StageAnalysis, analyze_stage
-from mlrelease.rollout.context import RolloutContext, iso
+from mlrelease.rollout.context import DRAIN_S, RolloutContext, iso
 from mlrelease.rollout.machine import Action, ActionKind, Phase, apply, candidate_percent, exposure, next_action
 from mlrelease.rollout.plan import Profile, load_plan
 from mlrelease.rollout.store import RolloutRecord, now_utc
@@ -216,6 +216,10 @@ def _act(
         # Traffic first, for the stage that breached: the cohort back on stable, the others keep the candidate
         # (the next stage's shares are routed only when rollout-stage opens it).
         held = replace(record.state(), excluded_cohorts=state.excluded_cohorts)
+        ctx.route(record, held, action.reason, clear_trips=True)
+        # Calls the gateway routed before it saw the change may still fail and trip the candidate for the
+        # cohorts that keep it: after the drain, clear those late trips once more (the write is idempotent).
+        time.sleep(DRAIN_S)
         ctx.route(record, held, action.reason, clear_trips=True)
         record = ctx.record_update(
             record,
