@@ -100,6 +100,7 @@ bench: setup
 	python bench/bench_serving.py
 	python bench/bench_gateway.py
 	python bench/bench_rollout.py
+	python bench/bench_decisions.py
 
 clean:
 	rm -rf $(MLRELEASE_HOME)

@@ -10,7 +10,8 @@ the cohort (bootstrap), so both judges see the very same traffic.
 
 - A/A (a): both arms drawn from stable's recorded calls (a byte-identical copy of the champion).
 - A/A (b): the candidate arm drawn from the recorded calls of the healthy candidate that make run promoted
-  (a retrained model of the same quality), the control from stable's calls of the same minutes.
+  (a retrained model of the same quality) during the last stage, the control from stable's calls of the same
+  seconds (the last stage is the only one in which both versions serve every cohort at once).
 - Power: the A/A (a) traffic with a fault injected into the candidate arm only.
 
 The new judge is the product's own analysis (`analyze_stage` + `next_action`, ticking every check_every_s);
@@ -72,8 +73,11 @@ def load_pools(directory: Path) -> tuple[Pools, Pools, Pools, dict[str, float]]:
     during: Pools = defaultdict(list)
     mix: dict[str, int] = defaultdict(int)
     records = DecisionReader(directory).read(datetime(2000, 1, 1, tzinfo=UTC))
+    # The last stage is the only one in which both versions serve every cohort at once: the candidate's first
+    # core call opens it. Both A/A (b) pools come from that span, so the control is concurrent.
     live = [r["t"] for r in records if r.get("role") == "candidate"]
-    span = (min(live), max(live)) if live else (0.0, -1.0)
+    core = [r["t"] for r in records if r.get("role") == "candidate" and r["cohort"] == "core"]
+    span = (min(core), max(live)) if core else (0.0, -1.0)
     for r in records:
         call = Call(
             float(r["latency_s"]),
@@ -83,7 +87,8 @@ def load_pools(directory: Path) -> tuple[Pools, Pools, Pools, dict[str, float]]:
             int(r.get("key", -1 - sum(mix.values()))),  # older logs have no key: each call counts as distinct
         )
         if r.get("role") == "candidate":
-            candidate[r["cohort"]].append(call)
+            if span[0] <= r["t"] <= span[1]:
+                candidate[r["cohort"]].append(call)
         else:
             stable[r["cohort"]].append(call)
             if span[0] <= r["t"] <= span[1]:
@@ -443,7 +448,7 @@ def main() -> None:
     scenarios: list[tuple[str, tuple[Pools, Pools], Fault | None, str]] = [
         ("A/A (a) identical copy", (stable, stable), None, "promote"),
     ]
-    if all(len(candidate.get(c, ())) >= 100 and len(during.get(c, ())) >= 100 for c in COHORTS):
+    if all(len(candidate.get(c, ())) >= 100 and len(during.get(c, ())) >= 20 for c in COHORTS):
         # the control drawn from stable's calls of the same minutes: a concurrent control, as in a stage
         scenarios.append(("A/A (b) retrained, same quality", (during, candidate), None, "promote"))
     scenarios += [(name, (stable, stable), fault, where) for name, (fault, where) in faults().items()]
