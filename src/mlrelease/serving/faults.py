@@ -360,8 +360,8 @@ def _wider_input(graph: GraphProto) -> None:
 # Each is a fault above with its rows; the comment says which gate is expected to stop it.
 NOT_HIGH_VALUE = (("tier", 1.5), ("declared_value", 1000.0))  # the gateway's high_value rule, negated
 CANDIDATE_DRILLS: dict[str, dict[str, Any]] = {
-    # ~100x the model's own time: a few ms more per request; perf_analyzer and shadow's paired test see it
-    "slow": {"kind": "slow", "factor": 100},
+    # ~400x the model's own time: ~10 ms more per request; perf_analyzer and shadow's paired test see it
+    "slow": {"kind": "slow", "factor": 400},
     # NaN on remote routes: a hard failure per request; validate-serving or shadow refuse it before traffic
     "errors": {"kind": "nan", "only_where": "is_remote"},
     # confidence halved on the long tail only: stage 2's long-tail rule (≤ 15 %) rolls that cohort back
