@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -199,8 +200,6 @@ RELATIVE_METRICS = ("latency", "prediction_shift")
 
 def evidence_plot(report: ReleaseReport, out: Path) -> str | None:
     """Per stage and contract: each cohort's estimate and confidence band over time, the tolerance, the decision."""
-    import math
-
     points = report.rollout.evidence
     if not points:
         return None

@@ -83,7 +83,10 @@ def open_cohorts(stage: Stage, cohorts: tuple[str, ...], excluded: tuple[str, ..
     return tuple(c for c in cohorts if stage.candidate_percent.get(c, default) > 0 and c not in excluded)
 
 
-def _window(current: dict[tuple[str, int], CohortWindow], cohort: str, version: int, pool: tuple[str, ...]) -> Any:
+def _window(
+    current: dict[tuple[str, int], CohortWindow], cohort: str, version: int, pool: tuple[str, ...]
+) -> CohortWindow:
+    """One version's window of a cohort, or of every cohort in `pool` merged for `*`."""
     if cohort != ALL:
         return current.get((cohort, version), EMPTY)
     merged = EMPTY
@@ -108,14 +111,13 @@ def analyze_stage(
 ) -> StageAnalysis:
     """Judge the stage so far; `tripped` is the fast guard's reason, if any.
 
-    :param exposed_enough: the stage's minimum exposure is over (`accept` contracts resolve).
-    :param final: the stage is at its maximum exposure (every open question resolves as the plan says).
-
     :param cohorts: the cohorts the gateway defines.
     :param excluded: cohorts already rolled back to stable (not judged, not pooled).
+    :param exposed_enough: the stage's minimum exposure is over (`accept` contracts resolve).
+    :param final: the stage is at its maximum exposure (every open question resolves as the plan says).
     """
     current = source.windows(opened_at, now)
-    pool = tuple(c for c in open_cohorts(stage, cohorts, excluded))
+    pool = open_cohorts(stage, cohorts, excluded)
     results: list[GuardrailResult] = []
     samples: dict[str, dict[str, int]] = {}
     for guardrail in stage.guardrails:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from mlrelease.rollout.plan import Guardrail
-from mlrelease.verdicts.decide import SEVERITY, Verdict, decide, worst
+from mlrelease.verdicts.decide import ON_INCONCLUSIVE, SEVERITY, Verdict, decide, worst
 from mlrelease.verdicts.sequential import Band, mean_difference, proportion_difference, proportion_level
 
 __all__ = ["SEVERITY", "CohortWindow", "GuardrailResult", "Verdict", "evaluate", "worst"]
@@ -107,7 +107,7 @@ def _counts(metric: str, window: CohortWindow) -> tuple[int, int]:
     return int((confidences < LOW_CONFIDENCE).sum()), len(confidences)
 
 
-def _logs(values: Sequence[float]) -> np.ndarray:
+def _logs(values: Sequence[float] | np.ndarray) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64)
     return np.log(array[np.isfinite(array) & (array > 0)])
 
@@ -123,15 +123,10 @@ def band_for(guardrail: Guardrail, candidate: CohortWindow, stable: CohortWindow
         bad_s, n_s = _counts(metric, stable)
         band = proportion_difference(bad_c, n_c, bad_s, n_s, alpha=alpha, tuned_at=tuned)
         return band, _share(bad_c, n_c), _share(bad_s, n_s)
-    values = (
-        (candidate.latencies_s, stable.latencies_s)
-        if metric == "latency"
-        else (
-            candidate.predictions,
-            stable.predictions,
-        )
-    )
-    c, s = _logs(values[0]), _logs(values[1])
+    if metric == "latency":  # every call is an observation of the version's speed under this load
+        c, s = _logs(candidate.latencies_s), _logs(stable.latencies_s)
+    else:  # answers: each distinct request once
+        c, s = _logs(candidate.distinct_answers()[0]), _logs(stable.distinct_answers()[0])
     band = mean_difference(c, s, alpha=alpha, tuned_at=tuned)
     median = lambda xs: float(np.exp(np.median(xs))) if len(xs) else None  # noqa: E731
     return band, median(c) or math.nan, median(s)
@@ -184,12 +179,9 @@ def resolve_inconclusive(
     enough = int(result.band.get("samples", 0)) >= guardrail.min_samples
     if not (final or (exposed_enough and enough and guardrail.on_inconclusive == "accept")):
         return result
-    outcome = {"accept": Verdict.PASS, "pause": Verdict.INCONCLUSIVE, "rollback": Verdict.FAIL}[
-        guardrail.on_inconclusive
-    ]
     when = "at the maximum exposure" if final else "after the minimum exposure"
     note = f"; open {when} → {guardrail.on_inconclusive}"
-    return GuardrailResult(**{**result.__dict__, "verdict": outcome, "reason": result.reason + note})
+    return replace(result, verdict=ON_INCONCLUSIVE[guardrail.on_inconclusive], reason=result.reason + note)
 
 
 def result_dict(result: GuardrailResult) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from mlrelease.serving.triton_client import TritonClient, require_ready
 from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic
 from mlrelease.timewindow import run_key
-from mlrelease.verdicts.decide import Verdict, decide
+from mlrelease.verdicts.decide import ON_INCONCLUSIVE, Verdict, decide
 from mlrelease.verdicts.sequential import mean_level
 
 BATCH = 256
@@ -90,9 +90,7 @@ def latency_verdict(
         if verdict is not Verdict.CONTINUE:
             break
     if verdict is Verdict.CONTINUE:
-        verdict = {"accept": Verdict.PASS, "pause": Verdict.INCONCLUSIVE, "rollback": Verdict.FAIL}[
-            spec.latency_on_inconclusive
-        ]
+        verdict = ON_INCONCLUSIVE[spec.latency_on_inconclusive]
     assert band is not None
     return {
         "server_side_us": _server_side(client, before),

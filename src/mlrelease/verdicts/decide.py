@@ -26,6 +26,8 @@ class Verdict(StrEnum):
 
 
 SEVERITY: dict[Verdict, int] = {Verdict.PASS: 0, Verdict.CONTINUE: 1, Verdict.INCONCLUSIVE: 2, Verdict.FAIL: 3}
+# What a question still open at the end becomes, by the plan's `on_inconclusive`.
+ON_INCONCLUSIVE: dict[str, Verdict] = {"accept": Verdict.PASS, "pause": Verdict.INCONCLUSIVE, "rollback": Verdict.FAIL}
 
 
 def worst(verdicts: Iterable[Verdict]) -> Verdict:
