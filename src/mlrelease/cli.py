@@ -61,11 +61,16 @@ def _step_check_freshness(args: argparse.Namespace, settings: Settings) -> dict[
 def _step_validate_data(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.steps.validate_data import validate_data
 
-    if args.reference_days < 0:
-        raise ValueError(f"--reference-days must not be negative, got {args.reference_days}")
+    for flag, value in (("--reference-days", args.reference_days), ("--training-days", args.training_days)):
+        if value < 0:
+            raise ValueError(f"{flag} must not be negative, got {value}")
+    if args.overlap_hours < 0:
+        raise ValueError(f"--overlap-hours must not be negative, got {args.overlap_hours}")
     return validate_data(
         settings,
         Window.parse(args.start, args.end),
+        overlap=timedelta(hours=args.overlap_hours),
+        training_days=args.training_days,
         reference_days=args.reference_days,
         psi_threshold=args.psi_threshold,
     )
@@ -323,7 +328,25 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--end", required=True, help="last day (inclusive), YYYY-MM-DD")
     gen.add_argument("--rows-per-day", type=int, default=2_000)
     gen.add_argument("--seed", type=int, default=7)
-    gen.add_argument("--inject", choices=["nulls", "drift", "schema", "stale", "duplicates"])
+    # Equal to mlrelease.data.generate.INJECT_MODES (a test checks it); a literal so --help needs no pandas.
+    gen.add_argument(
+        "--inject",
+        choices=(
+            "nulls",
+            "drift",
+            "schema",
+            "stale",
+            "duplicates",
+            "late_events",
+            "empty_partition",
+            "stuck_column",
+            "republished",
+            "orphans",
+            "naive_timestamps",
+            "units",
+            "negative_values",
+        ),
+    )
     gen.set_defaults(handler=_cmd_generate, result_to_xcom=False)
 
     steps = sub.add_parser("step", help="run one pipeline step").add_subparsers(dest="step", required=True)
@@ -335,9 +358,17 @@ def build_parser() -> argparse.ArgumentParser:
     fresh = steps.add_parser("check-freshness", help="fail when a feature view is older than its budget")
     fresh.add_argument("--end", required=True, help="reference time, ISO-8601 (the data interval end)")
     fresh.set_defaults(handler=_step_check_freshness)
-    val = steps.add_parser("validate-data", help="Great Expectations suites and drift checks")
+    val = steps.add_parser(
+        "validate-data", help="gate every source partition the run loads or trains on (GX suites, drift, contract)"
+    )
     _window_args(val)
-    val.add_argument("--reference-days", type=int, default=7, help="days before --start to compare drift against")
+    val.add_argument(
+        "--overlap-hours", type=float, default=2.0, help="materialize's overlap: validate this much before --start"
+    )
+    val.add_argument(
+        "--training-days", type=int, default=0, help="also validate not-yet-approved partitions of train's window"
+    )
+    val.add_argument("--reference-days", type=int, default=7, help="days of history to derive bounds and drift from")
     val.add_argument("--psi-threshold", type=float, default=0.25)
     val.set_defaults(handler=_step_validate_data)
 

@@ -1,13 +1,28 @@
-from datetime import date
+from datetime import date, timedelta
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from mlrelease.cli import build_parser
 from mlrelease.data.generate import INJECT_MODES, STALE_HOURS, generate, partition_path
 from mlrelease.data.schema import TABLES
 
 DAY = date(2026, 11, 28)
+PREV = DAY - timedelta(days=1)
+ORIGINAL_MODES = ("nulls", "drift", "schema", "stale", "duplicates")
+NEW_MODES = (
+    "late_events",
+    "empty_partition",
+    "stuck_column",
+    "republished",
+    "orphans",
+    "naive_timestamps",
+    "units",
+    "negative_values",
+)
 
 
 def _read(root, table, day=DAY):
@@ -53,7 +68,7 @@ def test_distributions_are_realistic(tmp_path):
     assert np.corrcoef(joined["distance_km"], joined["eta_hours"])[0, 1] > 0.5
 
 
-@pytest.mark.parametrize("mode", INJECT_MODES)
+@pytest.mark.parametrize("mode", ORIGINAL_MODES)
 def test_each_injection_produces_its_corruption(tmp_path, mode):
     generate(tmp_path / "clean", DAY, DAY, rows_per_day=500, seed=5)
     generate(tmp_path / "bad", DAY, DAY, rows_per_day=500, seed=5, inject=mode)
@@ -86,7 +101,133 @@ def test_stale_routes_stop_a_day_and_a_half_before_the_end(tmp_path):
 def test_bad_arguments_are_named(tmp_path):
     with pytest.raises(ValueError, match="before --start"):
         generate(tmp_path, DAY, date(2026, 11, 1))
-    with pytest.raises(ValueError, match="unknown --inject 'chaos'"):
+    with pytest.raises(ValueError, match="unknown --inject 'chaos'.*late_events.*negative_values"):
         generate(tmp_path, DAY, DAY, inject="chaos")
     with pytest.raises(ValueError, match="--rows-per-day"):
         generate(tmp_path, DAY, DAY, rows_per_day=0)
+
+
+def test_inject_modes_list_every_mode_and_match_the_cli():
+    assert INJECT_MODES == ORIGINAL_MODES + NEW_MODES
+    gen = build_parser().parse_args(["data", "generate", "--start", "2026-11-28", "--end", "2026-11-28"])
+    assert gen.inject is None
+    for mode in INJECT_MODES:
+        args = ["data", "generate", "--start", "2026-11-28", "--end", "2026-11-28", "--inject", mode]
+        assert build_parser().parse_args(args).inject == mode
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["data", "generate", "--start", "2026-11-28", "--end", "2026-11-28", "--inject", "x"])
+
+
+@pytest.fixture(scope="module")
+def clean_two_days(tmp_path_factory):
+    """A clean two-day range [PREV, DAY] that each new mode is compared against."""
+    root = tmp_path_factory.mktemp("clean")
+    generate(root, PREV, DAY, rows_per_day=200, seed=5)
+    return root
+
+
+def _bad(tmp_path, mode):
+    generate(tmp_path, PREV, DAY, rows_per_day=200, seed=5, inject=mode)
+    return tmp_path
+
+
+def test_new_modes_are_deterministic(tmp_path):
+    for mode in NEW_MODES:
+        a, b = _bad(tmp_path / f"a-{mode}", mode), _bad(tmp_path / f"b-{mode}", mode)
+        for table in TABLES:
+            for day in (PREV, DAY):
+                assert partition_path(a, table, day).read_bytes() == partition_path(b, table, day).read_bytes()
+
+
+def test_late_events_misfile_the_same_orders_and_packages(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "late_events")
+    for day in (PREV, DAY):
+        orders, packages = _read(bad, "orders", day), _read(bad, "packages", day)
+        clean = _read(clean_two_days, "orders", day)
+        late = orders["event_timestamp"].dt.date.ne(day)
+        assert late.mean() == pytest.approx(0.15, abs=0.01)
+        assert (orders.loc[late, "event_timestamp"] - clean.loc[late, "event_timestamp"]).eq(pd.Timedelta(days=3)).all()
+        assert orders.loc[~late, "event_timestamp"].equals(clean.loc[~late, "event_timestamp"])
+        pd.testing.assert_series_equal(
+            packages.set_index("package_id")["event_timestamp"],
+            orders.set_index("package_id")["event_timestamp"],
+        )
+    assert _read(bad, "routes").equals(_read(clean_two_days, "routes"))
+
+
+def test_empty_partition_only_on_the_first_day(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "empty_partition")
+    for table in ("orders", "packages"):
+        first, clean_first = _read(bad, table, PREV), _read(clean_two_days, table, PREV)
+        assert first.empty and not clean_first.empty
+        assert first.dtypes.equals(clean_first.dtypes)
+        assert pq.read_schema(partition_path(bad, table, PREV)).equals(
+            pq.read_schema(partition_path(clean_two_days, table, PREV)), check_metadata=False
+        )
+        pd.testing.assert_frame_equal(_read(bad, table, DAY), _read(clean_two_days, table, DAY))
+    assert len(_read(bad, "users", PREV)) == len(_read(clean_two_days, "users", PREV))
+
+
+def test_stuck_column_is_one_constant(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "stuck_column")
+    for day in (PREV, DAY):
+        routes = _read(bad, "routes", day)
+        assert routes["congestion_index"].unique().tolist() == [0.35]
+        assert _read(clean_two_days, "routes", day)["congestion_index"].nunique() > 10
+        clean = _read(clean_two_days, "routes", day)
+        pd.testing.assert_frame_equal(routes.drop(columns="congestion_index"), clean.drop(columns="congestion_index"))
+
+
+def test_republished_repeats_the_previous_days_rows(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "republished")
+    for table, key in (("orders", "order_id"), ("packages", "package_id")):
+        today, yesterday = _read(bad, table, DAY), _read(clean_two_days, table, PREV)
+        assert today[key].tolist() == yesterday[key].tolist()
+        assert not set(today[key]) & set(_read(clean_two_days, table, DAY)[key])
+        assert today["event_timestamp"].dt.date.eq(DAY).all()
+        pd.testing.assert_series_equal(today["event_timestamp"], yesterday["event_timestamp"] + pd.Timedelta(days=1))
+        pd.testing.assert_frame_equal(today.drop(columns="event_timestamp"), yesterday.drop(columns="event_timestamp"))
+    # The first day is re-published from the day before the range, which was never written.
+    assert _read(bad, "orders", PREV)["order_id"].tolist() == [
+        (PREV - timedelta(days=1)).toordinal() * 1_000_000 + n for n in range(1, 201)
+    ]
+
+
+def test_orphans_point_at_packages_that_exist_nowhere(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "orphans")
+    all_packages = set(pd.read_parquet(bad / "packages")["package_id"])
+    for day in (PREV, DAY):
+        orders = _read(bad, "orders", day)
+        orphan = ~orders["package_id"].isin(all_packages)
+        assert orphan.mean() == pytest.approx(0.05, abs=0.005)
+        assert orders.loc[~orphan, "package_id"].equals(orders.loc[~orphan, "order_id"])
+        assert orders["package_id"].is_unique and str(orders["package_id"].dtype) == "int64"
+        pd.testing.assert_frame_equal(_read(bad, "packages", day), _read(clean_two_days, "packages", day))
+
+
+def test_naive_timestamps_have_no_time_zone(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "naive_timestamps")
+    for table in TABLES:
+        field = pq.read_schema(partition_path(bad, table, DAY)).field("event_timestamp")
+        assert pa.types.is_timestamp(field.type) and field.type.tz is None
+        assert pq.read_schema(partition_path(clean_two_days, table, DAY)).field("event_timestamp").type.tz == "UTC"
+        bad_ts, clean_ts = _read(bad, table)["event_timestamp"], _read(clean_two_days, table)["event_timestamp"]
+        assert bad_ts.dt.tz is None
+        assert bad_ts.equals(clean_ts.dt.tz_localize(None))  # the UTC wall clock, zone dropped
+
+
+def test_units_write_pounds(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "units")
+    weight, clean = _read(bad, "packages")["weight_kg"], _read(clean_two_days, "packages")["weight_kg"]
+    assert weight.mean() / clean.mean() == pytest.approx(2.20462, rel=0.01)
+    assert weight.equals((clean * 2.20462).round(2))
+
+
+def test_negative_values_negate_a_few_weights(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "negative_values")
+    for day in (PREV, DAY):
+        weight, clean = _read(bad, "packages", day)["weight_kg"], _read(clean_two_days, "packages", day)["weight_kg"]
+        negative = weight < 0
+        assert negative.mean() == pytest.approx(0.03, abs=0.005)
+        assert weight[negative].equals(-clean[negative]) and weight[~negative].equals(clean[~negative])
+        assert (clean > 0).all()

@@ -20,7 +20,6 @@ from mlrelease.storage import write_parquet_atomic
 
 log = logging.getLogger(__name__)
 
-INJECT_MODES = ("nulls", "drift", "schema", "stale", "duplicates")
 N_ROUTES = 200
 AGE_EPOCH = date(2026, 1, 1)  # account ages grow by one day per day from their age on this date
 STALE_HOURS = 36  # how far behind the end of the range the `stale` injection stops route updates
@@ -172,47 +171,168 @@ def generate_day(pop: Population, seed: int, day: date, rows: int) -> dict[str, 
 
 
 # --- corruptions, each the thing its name says -------------------------------------------------
+# Every injector models one real upstream ETL break. It edits (or replaces entries of) one day's
+# `tables` in place, drawing any randomness only from `rng`, which is seeded per day, so the
+# corrupted files are as deterministic as the clean ones.
 
 
-def _inject_nulls(tables: dict[str, pd.DataFrame], rng: np.random.Generator, range_end: pd.Timestamp) -> None:
+@dataclass(frozen=True)
+class InjectContext:
+    """What an injector may need to know about the day being written and the generate call."""
+
+    day: date  # the day whose partitions are being written
+    range_start: date  # the first day of the generate call (`start`)
+    range_end: pd.Timestamp  # midnight UTC after the last day of the generate call (exclusive end)
+    seed: int
+    pop: Population
+    rows: int  # rows_per_day
+
+
+Injector = Callable[[dict[str, pd.DataFrame], np.random.Generator, InjectContext], None]
+
+LATE_SHARE = 0.15  # `late_events`: share of orders/packages whose event_timestamp arrives late
+LATE_DAYS = 3  # ... and by how many days
+STUCK_CONGESTION = 0.35  # `stuck_column`: the one value routes.congestion_index is stuck at
+ORPHAN_SHARE = 0.05  # `orphans`: share of orders pointing at a package that exists nowhere
+# Real ids are day.toordinal() * 1_000_000 + n, below (date.max.toordinal() + 1) * 1_000_000 < 3.7e12 for any
+# day and any n < 1_000_000, so offsetting a real id by 10**13 can never land on one (and stays far inside int64).
+ORPHAN_ID_OFFSET = 10**13
+LB_PER_KG = 2.20462  # `units`: weight_kg written in pounds
+NEGATIVE_SHARE = 0.03  # `negative_values`: share of packages whose weight_kg is negated
+
+
+def _pick_rows(rng: np.random.Generator, n: int, share: float) -> np.ndarray:
+    """A boolean mask over n rows that is True on exactly round(share * n) of them, drawn from rng."""
+    mask = np.zeros(n, dtype=bool)
+    mask[rng.choice(n, size=round(share * n), replace=False)] = True
+    return mask
+
+
+def _inject_nulls(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """About 20% nulls in routes.distance_km, packages.weight_kg and users.tier."""
     for name, col in (("routes", "distance_km"), ("packages", "weight_kg"), ("users", "tier")):
         df = tables[name]
         mask = rng.random(len(df)) < 0.2
         df[col] = df[col].astype("object" if col == "tier" else "float64").where(~mask, None)
 
 
-def _inject_drift(tables: dict[str, pd.DataFrame], rng: np.random.Generator, range_end: pd.Timestamp) -> None:
+def _inject_drift(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """Distribution shift: longer routes, more congestion, heavier packages."""
     routes, packages = tables["routes"], tables["packages"]
     routes["distance_km"] = (routes["distance_km"] * 2.5).clip(upper=4_900).round(1)
     routes["congestion_index"] = (routes["congestion_index"] * 0.5 + 0.5).round(4)
     packages["weight_kg"] = (packages["weight_kg"] * 4).clip(upper=900).round(2)
 
 
-def _inject_schema(tables: dict[str, pd.DataFrame], rng: np.random.Generator, range_end: pd.Timestamp) -> None:
-    # An upstream rename and a type change: the two schema breaks seen most in practice.
+def _inject_schema(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """An upstream rename and a type change: the two schema breaks seen most in practice."""
     tables["routes"] = tables["routes"].rename(columns={"distance_km": "distance_miles"})
     tables["packages"]["weight_kg"] = tables["packages"]["weight_kg"].astype(str)
 
 
-def _inject_stale(tables: dict[str, pd.DataFrame], rng: np.random.Generator, range_end: pd.Timestamp) -> None:
+def _inject_stale(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """Route updates stop STALE_HOURS before the end of the range."""
     routes = tables["routes"]
-    cutoff = range_end - pd.Timedelta(hours=STALE_HOURS)
+    cutoff = ctx.range_end - pd.Timedelta(hours=STALE_HOURS)
     tables["routes"] = routes[routes["event_timestamp"] < cutoff].reset_index(drop=True)
 
 
-def _inject_duplicates(tables: dict[str, pd.DataFrame], rng: np.random.Generator, range_end: pd.Timestamp) -> None:
+def _inject_duplicates(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """5% of the day's orders are written twice."""
     orders = tables["orders"]
     dupes = orders.sample(frac=0.05, random_state=int(rng.integers(0, 2**31)))
     tables["orders"] = pd.concat([orders, dupes], ignore_index=True).sort_values("event_timestamp")
 
 
-INJECTORS: dict[str, Callable[[dict[str, pd.DataFrame], np.random.Generator, pd.Timestamp], None]] = {
+def _inject_late_events(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """LATE_SHARE of the day's orders and their packages (the same rows) get event_timestamp LATE_DAYS later.
+
+    Models a backfill that files events by load date: those rows sit in a partition that is not their day.
+    """
+    orders, packages = tables["orders"], tables["packages"]
+    late = _pick_rows(rng, len(orders), LATE_SHARE)
+    for frame in (orders, packages):  # row i is the same order/package in both tables
+        ts = frame["event_timestamp"]
+        frame["event_timestamp"] = ts.where(~late, ts + pd.Timedelta(days=LATE_DAYS))
+
+
+def _inject_empty_partition(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """On the first day of the range only, orders and packages are written with zero rows (same schema).
+
+    Models an extract that ran before its source had landed: the partition exists but is empty.
+    """
+    if ctx.day == ctx.range_start:
+        for name in ("orders", "packages"):
+            tables[name] = tables[name].iloc[0:0]
+
+
+def _inject_stuck_column(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """routes.congestion_index is the constant STUCK_CONGESTION for every row (a sensor/feed stuck on one value)."""
+    routes = tables["routes"]
+    routes["congestion_index"] = np.full(len(routes), STUCK_CONGESTION, dtype="float64")
+
+
+def _inject_republished(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """Each day's orders and packages are the previous day's, with event_timestamp moved one day forward.
+
+    Models an upstream job re-publishing yesterday's extract under today's date: the rows sit inside
+    today's partition but carry exactly yesterday's order_id/package_id values.
+    """
+    previous = generate_day(ctx.pop, ctx.seed, ctx.day - timedelta(days=1), ctx.rows)
+    for name in ("orders", "packages"):
+        frame = previous[name]
+        frame["event_timestamp"] = frame["event_timestamp"] + pd.Timedelta(days=1)
+        tables[name] = frame
+
+
+def _inject_orphans(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """ORPHAN_SHARE of orders point at a package_id (real id + ORPHAN_ID_OFFSET) that no packages partition holds.
+
+    Models a broken foreign key: orders loaded while their packages were dropped or never shipped.
+    """
+    orders = tables["orders"]
+    orphan = _pick_rows(rng, len(orders), ORPHAN_SHARE)
+    orders["package_id"] = orders["package_id"].where(~orphan, orders["package_id"] + ORPHAN_ID_OFFSET)
+
+
+def _inject_naive_timestamps(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """Every table's event_timestamp is written timezone-naive (UTC wall clock, no zone in the parquet type).
+
+    Models a writer that drops the zone: readers must guess what the timestamps mean.
+    """
+    for frame in tables.values():
+        frame["event_timestamp"] = frame["event_timestamp"].dt.tz_convert("UTC").dt.tz_localize(None)
+
+
+def _inject_units(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """packages.weight_kg is written in pounds (x LB_PER_KG, rounded to 2 decimals) under its old name."""
+    packages = tables["packages"]
+    packages["weight_kg"] = (packages["weight_kg"] * LB_PER_KG).round(2)
+
+
+def _inject_negative_values(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """NEGATIVE_SHARE of packages get weight_kg negated (a sign bug upstream: -40.75 instead of 40.75)."""
+    packages = tables["packages"]
+    negative = _pick_rows(rng, len(packages), NEGATIVE_SHARE)
+    packages["weight_kg"] = packages["weight_kg"].where(~negative, -packages["weight_kg"])
+
+
+INJECTORS: dict[str, Injector] = {
     "nulls": _inject_nulls,
     "drift": _inject_drift,
     "schema": _inject_schema,
     "stale": _inject_stale,
     "duplicates": _inject_duplicates,
+    "late_events": _inject_late_events,
+    "empty_partition": _inject_empty_partition,
+    "stuck_column": _inject_stuck_column,
+    "republished": _inject_republished,
+    "orphans": _inject_orphans,
+    "naive_timestamps": _inject_naive_timestamps,
+    "units": _inject_units,
+    "negative_values": _inject_negative_values,
 }
+INJECT_MODES = tuple(INJECTORS)
 
 
 def partition_path(offline_dir: Path, table: str, day: date) -> Path:
@@ -243,7 +363,8 @@ def generate(
     while day <= end:
         tables = generate_day(pop, seed, day, rows_per_day)
         if inject is not None:
-            INJECTORS[inject](tables, _day_rng(seed, day, 99), range_end)
+            ctx = InjectContext(day, start, range_end, seed, pop, rows_per_day)
+            INJECTORS[inject](tables, _day_rng(seed, day, 99), ctx)
         for name, frame in tables.items():
             # Pandas' string dtype keeps the arrow type `string` even for an empty or all-null column.
             text_columns = frame.select_dtypes(include="object").columns
