@@ -17,11 +17,16 @@ DOC = """
 
 Every night at 02:00 UTC, for the data interval that just closed (the previous 24 hours):
 
-1. **apply_features** registers the Feast repository (`feature_repo/`).
-2. **materialize** loads exactly the interval (plus an overlap for late rows) into the online store.
-3. **check_freshness** fails if any feature view's newest event is older than its budget
+1. **apply_features** registers the Feast repository (`feature_repo/`), removing what it no longer defines.
+2. **validate_data** gates every source partition the run will load or train on, before anything reads it:
+   the contract (columns, types, UTC-aware event times), the Great Expectations suites of `config/gx/`
+   (event times inside their day, completeness against each table's own history, keys unique within and
+   across partitions, referential integrity, collapsed distributions, ranges and units) and drift per
+   partition and over the interval. A failure stops the release with one line per finding; passed
+   partitions are approved by SHA-256, and only approved bytes are materialized or trained on.
+3. **materialize** loads exactly the interval (plus an overlap for late rows) into the online store.
+4. **check_freshness** fails if any feature view's newest event is older than its budget
    (the `freshness_budget_hours` tag on the view) at the interval's end.
-4. **validate_data** runs the Great Expectations suites and drift checks; a failure stops the release.
 5. **train** fits a candidate on point-in-time-correct features (Feast feature service), evaluates it on a
    time-ordered holdout against the `champion`, logs everything to MLflow and registers it as `challenger`
    (or refuses it, with the numbers).
@@ -55,7 +60,7 @@ process running the same command. Failures alert through the `mlrelease_alerts` 
 | name | meaning |
 |---|---|
 | `materialize_overlap_hours` | hours before the interval start to re-materialize, for late-arriving rows |
-| `reference_days` | days before the interval used as the drift reference; 0 turns drift checks off |
+| `reference_days` | days of history the data gates derive their bounds and drift reference from; 0 turns those off |
 | `psi_threshold` | largest Population Stability Index accepted for a key feature |
 | `training_days` | days of labelled orders before the interval end to train on |
 | `mae_tolerance` | how much worse than the champion's holdout MAE a candidate may be (0.05 = 5 %) |
@@ -125,9 +130,9 @@ with DAG(
     paused_alert = release_alerts("task_skipped")
     chain(
         step_operator("apply-features"),
+        step_operator("validate-data"),
         step_operator("materialize"),
         step_operator("check-freshness"),
-        step_operator("validate-data"),
         step_operator("train"),
         step_operator("export"),
         step_operator("validate-serving"),

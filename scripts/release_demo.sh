@@ -50,8 +50,11 @@ if [ ! -s "$KEY_FILE" ]; then
 fi
 
 # Orders of tonight's interval only reach the online store when the DAG materializes it; do that first
-# (an idempotent upsert the DAG's own materialize repeats), as intraday materialization would have it.
-mlrelease step materialize --start "$PREV_END" --end "$RUN_END" > /dev/null
+# (an idempotent upsert the DAG's own materialize repeats), as intraday materialization would have it, and
+# only once the data gate passed: a corrupted window (INJECT) is left for the DAG's validate_data to stop.
+if mlrelease step validate-data --start "$PREV_END" --end "$RUN_END" > /dev/null 2>&1; then
+  mlrelease step materialize --start "$PREV_END" --end "$RUN_END" > /dev/null
+fi
 
 echo "==> gateway on :$GATEWAY_PORT; traffic at $TRAFFIC_RATE req/s once the benchmark is done (logs: $LOGS/gateway.log, $LOGS/traffic.json)"
 mlrelease gateway --port "$GATEWAY_PORT" --as-of "$RUN_END" > "$LOGS/gateway.log" 2>&1 &

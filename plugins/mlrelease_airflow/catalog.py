@@ -31,6 +31,10 @@ STEPS: dict[str, StepPod] = {
         "validate-data",
         args=(
             *WINDOW_ARGS,
+            "--overlap-hours",
+            "{{ params.materialize_overlap_hours }}",
+            "--training-days",
+            "{{ params.training_days }}",
             "--reference-days",
             "{{ params.reference_days }}",
             "--psi-threshold",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import tempfile
@@ -58,6 +59,15 @@ def write_npz_atomic(path: Path, **arrays: Any) -> None:
 def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
     """Write a DataFrame to parquet atomically."""
     _atomic_replace(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+def sha256(path: Path) -> str:
+    """Hex SHA-256 of a file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @contextmanager

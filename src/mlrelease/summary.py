@@ -14,14 +14,18 @@ from mlrelease.timewindow import run_key
 # The order the nightly DAG runs its steps in (task ids).
 TASK_ORDER = (
     "apply_features",
+    "validate_data",
     "materialize",
     "check_freshness",
-    "validate_data",
     "train",
     "export",
     "validate_serving",
     "benchmark",
 )
+
+
+# The Great Expectations Data Docs site of the run's validate-data (its copy of config/gx builds it).
+DATA_DOCS = "data_quality/gx_project/gx/uncommitted/data_docs/local_site/index.html"
 
 
 def step_detail(task: str, result: dict[str, Any]) -> str:
@@ -34,7 +38,8 @@ def step_detail(task: str, result: dict[str, Any]) -> str:
             f"{v} lag {d['lag_s'] / 3600:.1f}h/{d['budget_s'] / 3600:g}h" for v, d in result.get("views", {}).items()
         )
     if task == "validate_data":
-        return ", ".join(f"{t} {d['rows']} rows" for t, d in result.get("tables", {}).items())
+        checked = ", ".join(f"{t} {d['rows']} rows" for t, d in result.get("tables", {}).items())
+        return f"{len(result.get('partitions', []))} partitions passed ({checked})"
     if task == "train":
         champion = result.get("champion_metrics") or {}
         mae = (result.get("metrics") or {}).get("mae")
@@ -160,7 +165,7 @@ def format_summary(settings: Settings, end: datetime) -> str:
     lines += rollout_lines(settings, end, outcomes)
     complete = all(outcomes.get(task, {}).get("status") == "success" for task in TASK_ORDER)
     lines += ["", f"result: {_verdict(outcomes) if complete else 'FAILED'}", f"artifacts: {run_dir}"]
-    for name in ("report/index.html", "data_quality/report.html", "freshness.prom"):
+    for name in ("report/index.html", DATA_DOCS, "freshness.prom"):
         if (run_dir / name).exists():
             lines.append(f"  {Path(run_dir / name)}")
     return "\n".join(lines)

@@ -21,7 +21,7 @@ import psutil
 import pytest
 import requests
 
-from mlrelease.summary import TASK_ORDER
+from mlrelease.summary import DATA_DOCS, TASK_ORDER
 from mlrelease.timewindow import run_key
 from tests.conftest import REPO, WINDOW_END, WINDOW_START, Receiver, free_port
 
@@ -513,7 +513,16 @@ def test_nightly_release_triggered_like_the_form_releases_the_first_model(
         return rendered
 
     assert args("materialize") == ["--start", WINDOW_START, "--end", WINDOW_END, "--overlap-hours", "3"]
-    assert args("validate_data")[4:] == ["--reference-days", "7", "--psi-threshold", "0.25"]
+    assert args("validate_data")[4:] == [
+        "--overlap-hours",
+        "3",
+        "--training-days",
+        "7",
+        "--reference-days",
+        "7",
+        "--psi-threshold",
+        "0.25",
+    ]
     assert args("train")[4:] == ["--training-days", "7", "--mae-tolerance", "0.05"]
     assert args("benchmark") == ["--model-version", "1", "--max-p99-ratio", "1.5", "--min-throughput-ratio", "0.67"]
 
@@ -524,7 +533,7 @@ def test_nightly_release_triggered_like_the_form_releases_the_first_model(
     materialized = steps["materialize"]["result"]
     assert materialized["window"] == {"start": WINDOW_START, "end": WINDOW_END}
     assert materialized["overlap_s"] == 3 * 3600 and materialized["loaded_from"] == "2026-11-27T23:00:00+00:00"
-    assert (live_home / "artifacts" / NIGHT_KEY / "data_quality/report.html").is_file()
+    assert (live_home / "artifacts" / NIGHT_KEY / DATA_DOCS).is_file()  # GX Data Docs of validate_data
     assert alerts.bodies == []
     # The model half: v1 was trained from this interval, exported, served, benchmarked, and bootstrapped.
     assert steps["train"]["result"]["model_version"] == 1

@@ -65,13 +65,12 @@ def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedPro
 @pytest.mark.parametrize(
     ("mode", "failed_task", "message"),
     [
-        ("schema", "materialize", "missing column distance_km"),
-        ("stale", "check_freshness", "stale features"),
-        ("drift", "validate_data", "drift PSI"),
+        ("negative_values", "validate_data", "packages.weight_kg date=2026-11-28: expected values lie in"),
+        ("naive_timestamps", "validate_data", "orders.event_timestamp date=2026-11-28: type timestamp[ns] has no"),
     ],
 )
-# One corruption per gate task: nulls and duplicates stop validate_data as drift does, and every mode's own
-# message is asserted step by step in tests/integration/test_validate_data.py (a whole DAG run costs ~1 min).
+# validate_data is the data half's gate, ahead of materialize: every corruption class and its message, with the
+# online store untouched, is asserted step by step in tests/integration/test_data_gates.py (a DAG run costs ~1 min).
 def test_corruption_fails_at_its_gate_and_alerts(home, migrated_airflow_db, receiver, mode, failed_task, message):
     offline = home / "data/offline"
     generate(offline, *HISTORY, rows_per_day=ROWS_PER_DAY, seed=11)

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from datetime import timedelta
 
 import pandas as pd
 import pytest
 
-from mlrelease.data.generate import generate
 from mlrelease.errors import StepError
 from mlrelease.settings import Settings
 from mlrelease.steps.apply_features import apply_features
 from mlrelease.steps.check_freshness import check_freshness
 from mlrelease.steps.materialize import materialize
+from mlrelease.steps.validate_data import validate_data
 from mlrelease.timewindow import Window, parse_timestamp
-from tests.conftest import HISTORY, ROWS_PER_DAY, WINDOW_END, WINDOW_START
+from tests.conftest import WINDOW_END, WINDOW_START
 
 pytestmark = pytest.mark.integration
 WINDOW = Window.parse(WINDOW_START, WINDOW_END)
@@ -36,6 +37,7 @@ def _online_rows(store, entity_rows):
 def _apply_and_materialize():
     settings = Settings.from_env()
     apply_features(settings)
+    validate_data(settings, WINDOW, overlap=OVERLAP)  # materialize loads only partitions that passed
     return settings, materialize(settings, WINDOW, OVERLAP)
 
 
@@ -70,13 +72,13 @@ def test_materialize_loads_the_window_and_is_idempotent(home_with_data):
     assert "mlrelease_feature_freshness_lag_seconds" in metrics
 
 
-def test_stale_view_fails_freshness_naming_view_and_lag(home):
-    generate(home / "data/offline", *HISTORY, rows_per_day=ROWS_PER_DAY, seed=11, inject="stale")
+def test_stale_view_fails_freshness_naming_view_and_lag(home_with_data):
+    # Nothing new arrived for two days: every view is as fresh as tonight's data, now two days old.
     settings, _ = _apply_and_materialize()
-    with pytest.raises(StepError, match=r"stale features .*route_features lag \d+\.\dh > budget 9h") as err:
-        check_freshness(settings, parse_timestamp(WINDOW_END))
-    assert "user_features" not in str(err.value)
-    metrics = (home / "artifacts/20261129T020000Z/freshness.prom").read_text()
+    later = parse_timestamp(WINDOW_END) + timedelta(days=2)
+    with pytest.raises(StepError, match=r"stale features .*route_features lag \d+\.\dh > budget 9h"):
+        check_freshness(settings, later)
+    metrics = (home_with_data / "artifacts/20261201T020000Z/freshness.prom").read_text()
     assert 'mlrelease_feature_fresh{feature_view="route_features"} 0.0' in metrics
 
 
@@ -86,11 +88,25 @@ def test_freshness_before_any_materialization_fails(home_with_data):
         check_freshness(Settings.from_env(), parse_timestamp(WINDOW_END))
 
 
-def test_schema_break_fails_materialize_naming_the_column(home):
-    generate(home / "data/offline", *HISTORY, rows_per_day=ROWS_PER_DAY, seed=11, inject="schema")
+def test_materialize_refuses_partitions_that_did_not_pass_validate_data(home_with_data):
     settings = Settings.from_env()
     apply_features(settings)
-    with pytest.raises(StepError, match=r"missing column distance_km|weight_kg has type string"):
+    with pytest.raises(
+        StepError,
+        match=r"materialize reads only validated source partitions; not passed validate-data: routes/date=2026-11-28, ",
+    ):
+        materialize(settings, WINDOW, OVERLAP)
+    assert not (home_with_data / "state/feast_watermarks.json").exists()  # nothing was loaded
+
+
+def test_a_partition_rewritten_after_validation_is_refused_naming_both_digests(home_with_data):
+    settings = Settings.from_env()
+    apply_features(settings)
+    validate_data(settings, WINDOW, overlap=OVERLAP)
+    (home_with_data / "data/offline/users/date=2026-11-28/part-0.parquet").write_bytes(b"not parquet")
+    with pytest.raises(
+        StepError, match=r"changed since validate-data passed them: users/date=2026-11-28 \(sha256 [0-9a-f]{12}… then, "
+    ):
         materialize(settings, WINDOW, OVERLAP)
 
 
@@ -99,25 +115,6 @@ def test_missing_partition_is_named(home_with_data):
     settings = Settings.from_env()
     apply_features(settings)
     with pytest.raises(StepError, match=r"source routes: partition date=2026-11-28 is missing"):
-        materialize(settings, WINDOW, OVERLAP)
-
-
-def test_unreadable_partition_is_named(home_with_data):
-    (home_with_data / "data/offline/users/date=2026-11-28/part-0.parquet").write_bytes(b"not parquet")
-    settings = Settings.from_env()
-    apply_features(settings)
-    with pytest.raises(StepError, match=r"users/date=2026-11-28/part-0.parquet is unreadable"):
-        materialize(settings, WINDOW, OVERLAP)
-
-
-def test_empty_window_fails(home_with_data):
-    settings = Settings.from_env()
-    apply_features(settings)
-    for table in ("users", "packages", "routes"):
-        for day in ("2026-11-28", "2026-11-29"):
-            path = home_with_data / f"data/offline/{table}/date={day}/part-0.parquet"
-            pd.read_parquet(path).iloc[0:0].to_parquet(path, index=False)
-    with pytest.raises(StepError, match="empty window"):
         materialize(settings, WINDOW, OVERLAP)
 
 
@@ -132,6 +129,46 @@ def test_broken_feature_repo_fails_to_apply_with_a_clear_error(home_with_data, t
     monkeypatch.setenv("MLRELEASE_FEATURE_REPO", str(repo))
     with pytest.raises(StepError, match=r"broken_repo failed to apply: TypeError: .*bogus"):
         apply_features(Settings.from_env())
+
+
+def test_view_removed_from_repo_is_deleted_and_no_longer_materialized(home_with_data, tmp_path, monkeypatch):
+    import sqlite3
+
+    from mlrelease.feast_store import open_store
+    from mlrelease.settings import REPO_ROOT
+
+    repo = tmp_path / "shrinking_repo"
+    shutil.copytree(REPO_ROOT / "feature_repo", repo)
+    monkeypatch.setenv("MLRELEASE_FEATURE_REPO", str(repo))
+    settings, _ = _apply_and_materialize()
+    online_db = home_with_data / "feast/online_store.db"
+
+    def online_tables():
+        with contextlib.closing(sqlite3.connect(online_db)) as conn:
+            return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    assert "mlrelease_route_features" in online_tables()
+
+    # Drop route_features, its entity and the feature service that reads it from the repo.
+    source = (repo / "features.py").read_text()
+    source = source[: source.index("route_features = FeatureView(")]  # the view and the service come last
+    lines = [line for line in source.splitlines() if not line.startswith("route = Entity(")]
+    (repo / "features.py").write_text("\n".join(lines) + "\n")
+    result = apply_features(settings)
+
+    assert result["feature_views"] == ["package_features", "user_features"]
+    assert result["removed"]["feature_views"] == ["route_features"]
+    assert result["removed"]["feature_services"] == ["parcel_eta_v1"]
+    assert result["removed"]["entities"] == ["route"]
+    assert result["removed"]["data_sources"] == ["routes_source"]
+    store = open_store(settings)
+    assert {fv.name for fv in store.list_feature_views()} == {"user_features", "package_features"}
+    assert store.list_feature_services() == []
+    assert "mlrelease_route_features" not in online_tables()  # the removed view's online table is dropped
+
+    assert set(materialize(settings, WINDOW, OVERLAP)["views"]) == {"user_features", "package_features"}
+    assert set(check_freshness(settings, parse_timestamp(WINDOW_END))["views"]) == {"user_features", "package_features"}
+    assert apply_features(settings)["removed"] == {key: [] for key in result["removed"]}  # a rerun removes nothing
 
 
 def test_redis_online_store(home_with_data, redis_url, monkeypatch):
@@ -165,4 +202,5 @@ def test_unreachable_redis_fails_clearly(home_with_data, monkeypatch):
     settings = Settings.from_env()
     with pytest.raises(StepError, match=r"failed to apply: ConnectionError|materializing .* failed: ConnectionError"):
         apply_features(settings)
+        validate_data(settings, WINDOW, overlap=OVERLAP)
         materialize(settings, WINDOW, OVERLAP)

@@ -49,9 +49,9 @@ def test_nightly_release_wiring_schedule_and_params():
     assert dag.timetable.expression == "0 2 * * *" and str(dag.timetable.timezone) == "UTC"
     order = [
         "apply_features",
+        "validate_data",
         "materialize",
         "check_freshness",
-        "validate_data",
         "train",
         "export",
         "validate_serving",

@@ -1,8 +1,20 @@
+from datetime import date
+
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pytest
 
+from mlrelease.data.schema import ORDERS, ROUTES
+from mlrelease.errors import StepError
+from mlrelease.quality.contract import contract_problems
+from mlrelease.quality.derived import key_hashes, row_hashes, with_derived_columns
+from mlrelease.quality.findings import entries, failure_line
+from mlrelease.quality.ledger import PartitionFile, PartitionLedger
+from mlrelease.quality.parameters import suite_parameters
+from mlrelease.storage import sha256
+
 from mlrelease.quality.drift import psi
-from mlrelease.steps.validate_data import row_bounds
 
 
 def test_psi_is_near_zero_for_the_same_distribution_and_large_for_a_shift():
@@ -26,6 +38,151 @@ def test_psi_of_a_constant_reference():
     assert psi(np.ones(100), np.full(50, 2.0)) == float("inf")
 
 
-def test_row_bounds_scale_the_reference_rate():
-    assert row_bounds(7 * 24 * 10, 7 * 24, 24) == (120, 481)
-    assert row_bounds(0, 168, 24) == (1, 2**62)
+SUITE = {
+    "expectations": [
+        {
+            "type": "expect_table_row_count_to_be_between",
+            "kwargs": {"min_value": {"$PARAMETER": "rows_min"}, "max_value": {"$PARAMETER": "rows_max"}},
+            "meta": {"history": {"statistic": "median_rows", "low": 0.5, "high": 2.0}},
+        },
+        {
+            "type": "expect_column_stdev_to_be_between",
+            "kwargs": {"column": "x", "min_value": {"$PARAMETER": "x_stdev_min"}},
+            "meta": {"history": {"statistic": "stdev", "low": 0.25, "min_rows": 10}},
+        },
+        {
+            "type": "expect_column_mean_to_be_between",
+            "kwargs": {
+                "column": "x",
+                "min_value": {"$PARAMETER": "x_mean_min"},
+                "max_value": {"$PARAMETER": "x_mean_max"},
+            },
+            "meta": {"history": {"statistic": "mean", "low": 0.5, "high": 1.5, "z": 4.0}},
+        },
+        {
+            "type": "expect_column_unique_value_count_to_be_between",
+            "kwargs": {"column": "c", "min_value": {"$PARAMETER": "c_distinct_min"}},
+            "meta": {"history": {"statistic": "distinct", "low": 0.6, "min_rows": 10}},
+        },
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "x"}, "meta": {}},
+    ]
+}
+
+
+def test_suite_parameters_follow_the_rules_the_suite_declares():
+    ref = pd.DataFrame({"x": [10.0, 12.0, 8.0, 10.0] * 25, "c": list("abc") * 33 + ["a"]})
+    batch = pd.DataFrame({"x": [10.0] * 100, "c": ["a"] * 100})
+    params = suite_parameters(SUITE, batch, ref, [100, 90, 110])
+    assert params["rows_min"] == 50 and params["rows_max"] == 200  # the median day, halved and doubled
+    assert params["x_stdev_min"] == pytest.approx(0.25 * ref["x"].std())
+    noise = 4.0 * ref["x"].std() / 10  # z standard errors of a 100-row batch's mean
+    assert params["x_mean_min"] == pytest.approx(5.0 - noise) and params["x_mean_max"] == pytest.approx(15.0 + noise)
+    assert params["c_distinct_min"] == 2  # ceil(0.6 * 3): one value left of three fails
+
+
+def test_small_batches_and_missing_history_loosen_only_what_they_must():
+    ref = pd.DataFrame({"x": [1.0, 2.0, 3.0], "c": list("abc")})
+    small = suite_parameters(SUITE, pd.DataFrame({"x": [1.0] * 5, "c": ["a"] * 5}), ref, [5, 5])
+    assert small["x_stdev_min"] == 0 and small["c_distinct_min"] == 0  # below min_rows: not judged
+    none = suite_parameters(SUITE, pd.DataFrame({"x": [1.0], "c": ["a"]}), pd.DataFrame(), [])
+    assert none["rows_min"] == 1 and none["rows_max"] is None  # no history: only an empty partition fails
+    assert none["x_mean_min"] is None and none["x_mean_max"] is None
+
+
+def test_contract_names_missing_unexpected_retyped_and_naive_time_columns():
+    good = pa.schema(
+        [("route_id", pa.int64()), ("event_timestamp", pa.timestamp("us", tz="UTC"))]
+        + [
+            (c.name, {"string": pa.string(), "float64": pa.float64(), "bool": pa.bool_()}[c.dtype])
+            for c in ROUTES.columns[2:]
+        ]
+    )
+    assert contract_problems(ROUTES, good) == []
+    naive = good.set(1, pa.field("event_timestamp", pa.timestamp("ns")))
+    assert contract_problems(ROUTES, naive) == [
+        ("event_timestamp", "type timestamp[ns] has no time zone; event times must be UTC-aware")
+    ]
+    renamed = good.set(good.get_field_index("distance_km"), pa.field("distance_miles", pa.float64()))
+    assert sorted(contract_problems(ROUTES, renamed)) == [
+        ("distance_km", "missing column distance_km"),
+        ("distance_miles", "unexpected column distance_miles (double)"),
+    ]
+    retyped = good.set(good.get_field_index("region"), pa.field("region", pa.int32()))
+    assert contract_problems(ROUTES, retyped) == [("region", "type int32, expected string")]
+
+
+def _orders(ids, packages, ts="2026-11-28T10:00:00Z"):
+    return pd.DataFrame(
+        {
+            "order_id": ids,
+            "event_timestamp": pd.to_datetime([ts] * len(ids), utc=True),
+            "user_id": [1] * len(ids),
+            "package_id": packages,
+            "route_id": [1] * len(ids),
+            "eta_hours": [10.0 + i for i in range(len(ids))],
+        }
+    )
+
+
+def test_derived_columns_find_misfiled_republished_and_orphaned_rows():
+    yesterday = _orders([1, 2], [1, 2], ts="2026-11-27T10:00:00Z")
+    today = pd.concat([_orders([2, 3], [2, 99]), _orders([4], [4], ts="2026-12-01T00:00:00Z")], ignore_index=True)
+    earlier_keys, earlier_rows = [key_hashes(ORDERS, yesterday)], [row_hashes(ORDERS, yesterday)]
+    known = {"users": np.array([1]), "packages": np.array([1, 2, 3, 4]), "routes": np.array([1])}
+    out = with_derived_columns(ORDERS, today, date(2026, 11, 28), earlier_keys, earlier_rows, known)
+    assert out["_in_partition_day"].tolist() == [True, True, False]  # the third is dated three days later
+    assert out["_key_is_new"].tolist() == [False, True, True]  # order 2 was published yesterday
+    assert out["_row_is_new"].tolist() == [True, True, True]  # its values differ (another eta)
+    assert out["_package_id_exists"].tolist() == [True, False, True]
+    copy = yesterday.assign(event_timestamp=yesterday["event_timestamp"] + pd.Timedelta(days=1))
+    again = with_derived_columns(ORDERS, copy, date(2026, 11, 28), earlier_keys, earlier_rows, known)
+    assert not again["_row_is_new"].any()  # a re-published day: same values, only the event time moved
+
+
+def test_failure_lines_name_table_column_partition_and_numbers():
+    result = {
+        "success": False,
+        "expectation_config": {
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": "weight_kg", "min_value": 0.01, "max_value": 1000.0},
+            "meta": {"says": "values lie in [0.01, 1000.0]"},
+        },
+        "result": {"element_count": 600, "unexpected_count": 18, "partial_unexpected_list": [-40.75, -3.1]},
+    }
+    (entry,) = entries({"results": [result]})
+    assert failure_line("packages", "date=2026-11-28", entry) == (
+        "packages.weight_kg date=2026-11-28: expected values lie in [0.01, 1000.0]; "
+        "18 of 600 rows (3.0 %) do not, e.g. -40.75, -3.1"
+    )
+    aggregate = {
+        "success": False,
+        "expectation_config": {
+            "type": "expect_table_row_count_to_be_between",
+            "kwargs": {"min_value": 300, "max_value": 1200},
+            "meta": {"says": "the partition holds as many rows as its hours held in history"},
+        },
+        "result": {"observed_value": 0},
+    }
+    assert failure_line("orders", "date=2026-11-28", entries({"results": [aggregate]})[0]) == (
+        "orders.table date=2026-11-28: expected the partition holds as many rows as its hours held in history; "
+        "observed 0, allowed [300, 1200]"
+    )
+
+
+def test_ledger_approves_pinned_bytes_and_refuses_changed_or_unchecked_partitions(tmp_path):
+    path = tmp_path / "orders/date=2026-11-28/part-0.parquet"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"checked bytes")
+    part = PartitionFile("orders", date(2026, 11, 28), path)
+    other = PartitionFile("orders", date(2026, 11, 29), path)
+    book = PartitionLedger(tmp_path / "ledger.json")
+    with pytest.raises(StepError, match=r"not passed validate-data: orders/date=2026-11-28;"):
+        book.require([part], "materialize")
+    book.approve([part], {part.name: sha256(path)}, "20261129T020000Z")
+    book.require([part], "materialize")
+    assert book.is_approved(part) and not book.is_approved(other)
+    path.write_bytes(b"rewritten upstream")
+    with pytest.raises(StepError, match=r"materialize .* changed since validate-data passed them: orders/date=2026-11-28 "):
+        book.require([part], "materialize")
+    book.revoke([part])
+    assert book.read() == {}

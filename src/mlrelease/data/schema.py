@@ -1,4 +1,4 @@
-"""The four source tables of the parcel-ETA domain: columns, types and allowed values."""
+"""The four source tables of the parcel-ETA domain: columns and types (their value rules: `config/gx/`)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,10 @@ REGIONS = ("north", "south", "east", "west", "central", "islands")
 
 @dataclass(frozen=True)
 class Column:
-    """One column: pandas dtype kind, whether nulls are allowed, and its valid range or set."""
+    """One column of the physical contract: its name and type (value rules live in the suites of config/gx/)."""
 
     name: str
     dtype: str  # "int64", "float64", "string", "bool", "timestamp"
-    nullable: bool = False
-    min_value: float | None = None
-    max_value: float | None = None
-    allowed: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -42,12 +38,12 @@ USERS = Table(
     name="users",
     key="user_id",
     columns=(
-        Column("user_id", "int64", min_value=1),
+        Column("user_id", "int64"),
         Column("event_timestamp", "timestamp"),
-        Column("tier", "string", allowed=USER_TIERS),
-        Column("account_age_days", "int64", min_value=0, max_value=20_000),
-        Column("orders_30d", "int64", min_value=0, max_value=1_000),
-        Column("avg_declared_value_30d", "float64", min_value=0, max_value=100_000),
+        Column("tier", "string"),
+        Column("account_age_days", "int64"),
+        Column("orders_30d", "int64"),
+        Column("avg_declared_value_30d", "float64"),
     ),
     drift_columns=("orders_30d", "avg_declared_value_30d"),
 )
@@ -57,12 +53,12 @@ PACKAGES = Table(
     key="package_id",
     unique_key=True,
     columns=(
-        Column("package_id", "int64", min_value=1),
+        Column("package_id", "int64"),
         Column("event_timestamp", "timestamp"),
-        Column("weight_kg", "float64", min_value=0.01, max_value=1_000),
-        Column("volume_l", "float64", min_value=0.01, max_value=5_000),
-        Column("declared_value", "float64", min_value=0, max_value=100_000),
-        Column("category", "string", allowed=PACKAGE_CATEGORIES),
+        Column("weight_kg", "float64"),
+        Column("volume_l", "float64"),
+        Column("declared_value", "float64"),
+        Column("category", "string"),
         Column("is_bulky", "bool"),
     ),
     drift_columns=("weight_kg", "declared_value"),
@@ -72,13 +68,13 @@ ROUTES = Table(
     name="routes",
     key="route_id",
     columns=(
-        Column("route_id", "int64", min_value=1),
+        Column("route_id", "int64"),
         Column("event_timestamp", "timestamp"),
-        Column("region", "string", allowed=REGIONS),
-        Column("distance_km", "float64", min_value=0.1, max_value=5_000),
+        Column("region", "string"),
+        Column("distance_km", "float64"),
         Column("is_remote", "bool"),
-        Column("congestion_index", "float64", min_value=0, max_value=1),
-        Column("avg_transit_hours_7d", "float64", min_value=0, max_value=500),
+        Column("congestion_index", "float64"),
+        Column("avg_transit_hours_7d", "float64"),
     ),
     drift_columns=("distance_km", "congestion_index"),
 )
@@ -88,12 +84,12 @@ ORDERS = Table(
     key="order_id",
     unique_key=True,
     columns=(
-        Column("order_id", "int64", min_value=1),
+        Column("order_id", "int64"),
         Column("event_timestamp", "timestamp"),
-        Column("user_id", "int64", min_value=1),
-        Column("package_id", "int64", min_value=1),
-        Column("route_id", "int64", min_value=1),
-        Column("eta_hours", "float64", min_value=0.5, max_value=500),
+        Column("user_id", "int64"),
+        Column("package_id", "int64"),
+        Column("route_id", "int64"),
+        Column("eta_hours", "float64"),
     ),
     drift_columns=("eta_hours",),
 )

@@ -6,10 +6,12 @@ from datetime import timedelta
 
 import pandas as pd
 
+from mlrelease.data.schema import TABLES
 from mlrelease.errors import StepError
 from mlrelease.model.features import ENTITY_KEYS, FEATURE_SERVICE, TARGET
+from mlrelease.quality.ledger import PartitionFile, ledger
 from mlrelease.settings import Settings
-from mlrelease.sources import covered_hours, read_window
+from mlrelease.sources import covered_hours, partition_file, read_window
 from mlrelease.timewindow import Window
 
 MIN_COVERAGE = 0.9  # train only when at least 90 % of the training window's days are present
@@ -31,6 +33,16 @@ def historical_frame(settings: Settings, train_window: Window) -> pd.DataFrame:
             f"orders cover only {covered:.0f}h of the {wanted:.0f}h training window "
             f"[{train_window.start}, {train_window.end}): load the missing days or lower --training-days"
         )
+    # Train learns only from partitions that passed validate-data with the bytes they have now.
+    ledger(settings.home).require(
+        [
+            PartitionFile(table, day, partition_file(settings.offline_dir / table, day))
+            for table in TABLES
+            for day in train_window.days()
+            if partition_file(settings.offline_dir / table, day).is_file()
+        ],
+        "train",
+    )
     orders = read_window(settings.offline_dir / "orders", train_window, allow_missing=True)
     if orders.empty:
         raise StepError(f"no orders in the training window [{train_window.start}, {train_window.end})")

@@ -9,7 +9,6 @@ half-written version, and an existing version is never overwritten.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from mlrelease.storage import write_text_atomic
+from mlrelease.storage import sha256, write_text_atomic
 
 MODEL_FILE = "model.onnx"
 METADATA_FILE = "model_config.json"
@@ -63,14 +62,6 @@ def parse_pbtxt(text: str) -> mc.ModelConfig:
     """A ModelConfig from config.pbtxt text; malformed text raises text_format.ParseError."""
     return text_format.Parse(text, mc.ModelConfig())
 
-
-def sha256(path: Path) -> str:
-    """Hex SHA-256 of a file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def version_dir(root: Path, model: str, version: int) -> Path:

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from mlrelease.errors import StepError
 from mlrelease.feast_store import open_store
+from mlrelease.quality.ledger import PartitionFile, ledger
 from mlrelease.settings import Settings
 from mlrelease.sources import read_schema, read_window, window_partitions
 from mlrelease.timewindow import Window
@@ -85,6 +86,17 @@ def materialize(settings: Settings, window: Window, overlap: timedelta) -> dict[
     if not views:
         raise StepError("no online feature views are registered: run the apply-features step first")
     load_window = window.widened(overlap)
+    # Only partitions that passed validate-data, byte for byte: a failed or skipped gate never reaches the store.
+    ledger(settings.home).require(
+        [
+            PartitionFile(Path(view.batch_source.path).name, day, path)
+            for view in views
+            for day, path in zip(
+                load_window.days(), window_partitions(Path(view.batch_source.path), load_window), strict=True
+            )
+        ],
+        "materialize",
+    )
     check_sources(views, load_window)
     scans = [scan_view(view, load_window) for view in views]
     if sum(s.rows for s in scans) == 0:
