@@ -168,6 +168,7 @@ def _step_rollout_stage(args: argparse.Namespace, settings: Settings) -> dict[st
         profile=args.profile,
         plan_path=_plan_path(args),
         wired_stages=args.wired_stages,
+        override_gates=args.override_gates or None,
     )
 
 
@@ -182,9 +183,12 @@ def _step_analyze(args: argparse.Namespace, settings: Settings) -> dict[str, Any
 def _step_promote(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.steps.rollout import promote
 
-    return promote(settings, _model_version(args.model_version), _run_key(args))
+    return promote(
+        settings, _model_version(args.model_version), _run_key(args), override_gates=args.override_gates or None
+    )
 
 
+OVERRIDE_HELP = "route a version whose export/validation/benchmark/shadow gate failed or never ran (recorded, alerted)"
 MANUAL_ACTIONS = ("rollback_to_version", "abort_rollout", "promote_paused")
 
 
@@ -258,6 +262,7 @@ def _add_rollout_steps(steps: Any) -> None:
     st.add_argument("--profile", choices=["production", "demo"], default="production")
     st.add_argument("--wired-stages", type=int, default=None, help="stages the DAG wires; the plan must match")
     st.add_argument("--plan", default="", help="rollout plan YAML (default config/rollout_plan.yaml)")
+    st.add_argument("--override-gates", default="", metavar="REASON", help=OVERRIDE_HELP)
     an = release("analyze", "judge one stage's guardrails and act (advance, roll back, pause)", _step_analyze)
     an.add_argument("--stage", type=int, required=True, help="stage number, from 1")
     an.add_argument(
@@ -266,7 +271,8 @@ def _add_rollout_steps(steps: Any) -> None:
     an.add_argument(
         "--poll-s", type=float, default=None, help="without --tick: seconds between looks (default: the stage's)"
     )
-    release("promote", "make the candidate champion once every stage passed", _step_promote)
+    pr = release("promote", "make the candidate champion once every stage passed", _step_promote)
+    pr.add_argument("--override-gates", default="", metavar="REASON", help=OVERRIDE_HELP)
     release("retire", "unload the previous champion after the keep window", _step_retire)
     hand = steps.add_parser("manual-release", help="a human's rollback to a version, abort, or paused promotion")
     hand.add_argument("--action", choices=MANUAL_ACTIONS, required=True)

@@ -17,6 +17,7 @@ from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME
 from mlrelease.rollout.analysis import StageAnalysis, analyze_stage
 from mlrelease.rollout.context import DRAIN_S, RolloutContext, iso
+from mlrelease.rollout.gates import alert_override, require_gates
 from mlrelease.rollout.machine import Action, ActionKind, Phase, apply, candidate_percent, exposure, next_action
 from mlrelease.rollout.plan import Profile, load_plan
 from mlrelease.rollout.store import RolloutRecord, now_utc
@@ -47,9 +48,7 @@ def _stage_result(record: RolloutRecord, stage: int) -> dict[str, Any]:
 def _begin(
     ctx: RolloutContext, version: int, run_key: str, profile: Profile, plan_path: Path | None, wired: int | None
 ) -> RolloutRecord:
-    champion = ctx.registry.alias_version(CHAMPION)
-    if champion is None or champion == version:
-        raise Skipped(f"v{version} is the champion already (first release or promoted): nothing to roll out")
+    champion = _skip_champion(ctx, version)
     current = ctx.store.read()
     if current is not None and (current.run_key, current.candidate_version) == (run_key, version):
         return current  # a rerun resumes the stored rollout, under the plan it started with
@@ -67,6 +66,14 @@ def _begin(
         started_at=now_utc(),
     )
     return ctx.store.begin(proposed)
+
+
+def _skip_champion(ctx: RolloutContext, version: int) -> int:
+    """The champion's version; Skipped when `version` is the champion already (nothing to roll out)."""
+    champion = ctx.registry.alias_version(CHAMPION)
+    if champion is None or champion == version:
+        raise Skipped(f"v{version} is the champion already (first release or promoted): nothing to roll out")
+    return champion
 
 
 def _check_position(record: RolloutRecord, stage: int) -> None:
@@ -92,10 +99,14 @@ def rollout_stage(
     profile: Profile,
     plan_path: Path | None = None,
     wired_stages: int | None = None,
+    override_gates: str | None = None,
 ) -> dict[str, Any]:
     """Open stage `stage` (0-based) of `version`'s rollout: route its cohorts, record when it opened."""
     ctx = RolloutContext.open(settings)
     ctx.require_observed()
+    if stage == 0:
+        _skip_champion(ctx, version)
+    overridden = _gates(ctx, version, "rollout-stage", override_gates)  # before any record or traffic moves
     record = (
         _begin(ctx, version, run_key, profile, plan_path, wired_stages) if stage == 0 else ctx.owned(run_key, version)
     )
@@ -106,6 +117,8 @@ def rollout_stage(
     action = next_action(record.state(), record.plan, record.profile, now, None)
     if action.kind is not ActionKind.OPEN_STAGE:
         return {**_stage_result(record, stage), "status": "already opened"}
+    if overridden is not None:
+        record = ctx.record_update(record, record.with_event("gates_overridden", now, stage, **overridden))
     state = apply(record.state(), action, record.plan, now)
     routing = ctx.route(record, state, action.reason)  # traffic first: a crash here reopens the same stage
     shares = candidate_percent(state, record.plan)
@@ -116,6 +129,16 @@ def rollout_stage(
         ),
     )
     return {**_stage_result(record, stage), "status": "opened", "routing_revision": routing.revision}
+
+
+def _gates(ctx: RolloutContext, version: int, step: str, override: str | None) -> dict[str, Any] | None:
+    """Refuse a version whose earlier gates failed or never ran; with a human's override, tag and alert it."""
+    problems = require_gates(version, ctx.registry.version_tags(version), step, override)
+    if not problems:
+        return None
+    assert override is not None
+    ctx.registry.tag_version(version, gates_overridden=f"{step}: {override}"[:500])
+    return alert_override(version, step, problems, override)
 
 
 def _tick(ctx: RolloutContext, record: RolloutRecord, stage: int) -> tuple[Action, StageAnalysis, datetime]:
@@ -319,15 +342,21 @@ def promote_paused(settings: Settings) -> dict[str, Any]:
     return promote(settings, record.candidate_version, record.run_key, by_hand=True)
 
 
-def promote(settings: Settings, version: int, run_key: str, *, by_hand: bool = False) -> dict[str, Any]:
+def promote(
+    settings: Settings, version: int, run_key: str, *, by_hand: bool = False, override_gates: str | None = None
+) -> dict[str, Any]:
     """Make `version` champion: all traffic to it, alias moved, the previous champion kept loaded for a while.
 
-    Only a rollout whose last stage passed analysis is promoted, unless a human promotes a paused one.
+    Only a rollout whose last stage passed analysis is promoted, unless a human promotes a paused one; and
+    only a version whose earlier gates passed, unless a human overrides them (recorded and alerted).
     """
     ctx = RolloutContext.open(settings)
     record = ctx.owned(run_key, version)
     if record.phase is Phase.PROMOTED:
         return {"status": "already promoted", "model_version": version, "previous_version": record.stable_version}
+    overridden = _gates(ctx, version, "promote", override_gates)
+    if overridden is not None:
+        record = ctx.record_update(record, record.with_event("gates_overridden", now_utc(), record.stage, **overridden))
     last = len(record.plan.stages) - 1
     passed = [e for e in record.history if e.kind == "analysis" and e.stage == last and e.detail["action"] == "promote"]
     if record.phase is Phase.ROLLED_BACK:

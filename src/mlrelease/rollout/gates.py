@@ -1,0 +1,66 @@
+"""The gates a version must have passed before it takes real traffic, enforced where traffic moves.
+
+Each earlier step records its verdict as an MLflow version tag; rollout-stage and promote read them, so a
+step run by hand cannot route a candidate whose export, serving validation, benchmark or shadow failed
+or never ran. A human may override, explicitly: the override is recorded (rollout history, MLflow tag)
+and alerted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from mlrelease.errors import GateFailed
+
+log = logging.getLogger(__name__)
+
+# tag -> the value that means passed; the matching `<gate>_reason` tag says why when it did not.
+REQUIRED_GATES = {
+    "export_status": "exported",
+    "validation_status": "passed",
+    "benchmark_status": "passed",
+    "shadow_status": "passed",
+}
+ALERT_WEBHOOK_ENV = "MLRELEASE_ALERT_WEBHOOK"
+
+
+def gate_problems(tags: dict[str, str]) -> list[str]:
+    """One entry per required gate that is missing or not passed, e.g. `shadow_status=failed (latency …)`."""
+    problems = []
+    for tag, passed in REQUIRED_GATES.items():
+        value = tags.get(tag)
+        if value is None:
+            problems.append(f"{tag} missing (the step never passed it)")
+        elif value != passed:
+            reason = tags.get(tag.replace("_status", "_reason"))
+            problems.append(f"{tag}={value}" + (f" ({reason[:160]})" if reason else ""))
+    return problems
+
+
+def require_gates(version: int, tags: dict[str, str], step: str, override: str | None) -> list[str]:
+    """Refuse (exit 3) a version with missing or failed gates unless `override` gives a reason; the problems."""
+    problems = gate_problems(tags)
+    if problems and not override:
+        raise GateFailed(
+            f"{step} refuses v{version}: {'; '.join(problems)}; rerun the failed gate, or pass "
+            "--override-gates REASON to route it anyway (recorded and alerted)"
+        )
+    return problems
+
+
+def alert_override(version: int, step: str, problems: list[str], reason: str) -> dict[str, Any]:
+    """Post a `gates_overridden` alert to MLRELEASE_ALERT_WEBHOOK when one is set; what was sent (or why not)."""
+    import requests
+
+    payload = {"event": "gates_overridden", "step": step, "model_version": version, "gates": problems, "reason": reason}
+    log.warning("gates overridden for v%s by %s: %s (%s)", version, step, "; ".join(problems), reason)
+    url = os.environ.get(ALERT_WEBHOOK_ENV, "").strip()
+    if not url:
+        return {**payload, "alerted": False, "why": f"{ALERT_WEBHOOK_ENV} is not set"}
+    try:
+        requests.post(url, json=payload, timeout=10).raise_for_status()
+    except requests.RequestException as exc:  # the override stands; the failed alert is reported in the result
+        return {**payload, "alerted": False, "why": f"{type(exc).__name__}: {exc}"}
+    return {**payload, "alerted": True}
