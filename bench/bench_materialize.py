@@ -32,6 +32,9 @@ def bench_backend(backend: str, home: Path, repeats: int, redis_url: str | None)
         MLRELEASE_REDIS_URL=redis_url or "",
     )
     subprocess.run([str(BIN / "mlrelease"), "step", "apply-features"], env=env, check=True, capture_output=True)
+    # Our step loads only partitions validate-data approved (not timed: the gate has its own benchmark).
+    gate = [str(BIN / "mlrelease"), "step", "validate-data", "--start", START, "--end", END, "--reference-days", "0"]
+    subprocess.run(gate, env=env, check=True, capture_output=True)
     yaml = "feature_store.yaml" if backend == "sqlite" else "feature_store.redis.yaml"
     feast_cmd = [
         str(BIN / "feast"),

@@ -110,8 +110,11 @@ def start_serving_world(settings: Settings, window: Window) -> str:
     from mlrelease.serving.triton_client import TritonClient
     from mlrelease.steps.apply_features import apply_features
     from mlrelease.steps.materialize import materialize
+    from mlrelease.steps.validate_data import validate_data
 
     apply_features(settings)
+    # Materialize loads only validated partitions; a serving world holds a few days, too few for history rules.
+    validate_data(settings, window, overlap=timedelta(hours=2), reference_days=0)
     materialize(settings, window, timedelta(hours=2))
     model, _ = quick_model(settings.offline_dir, max_iter=40)
     versions = standard_versions(to_onnx(model))
