@@ -66,7 +66,7 @@ def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedPro
     ("mode", "failed_task", "message"),
     [
         ("negative_values", "validate_data", "packages.weight_kg date=2026-11-28: expected values lie in"),
-        ("naive_timestamps", "validate_data", "orders.event_timestamp date=2026-11-28: type timestamp[ns] has no"),
+        ("naive_timestamps", "validate_data", "users.event_timestamp date=2026-11-28: type timestamp[ns] has no"),
     ],
 )
 # validate_data is the data half's gate, ahead of materialize: every corruption class and its message, with the
