@@ -57,6 +57,13 @@ def source_schema_problems(view: Any, schema: pa.Schema) -> list[str]:
     return problems
 
 
+def source_partitions(view: Any, window: Window) -> list[PartitionFile]:
+    """The source partitions of one feature view that a window reads (a missing one is an error naming it)."""
+    table_dir = Path(view.batch_source.path)
+    paths = window_partitions(table_dir, window)
+    return [PartitionFile(table_dir.name, day, path) for day, path in zip(window.days(), paths, strict=True)]
+
+
 def check_sources(views: list[Any], window: Window) -> None:
     """Every partition of every view's source must exist, be readable and match the view; report all mismatches."""
     mismatches = []
@@ -87,16 +94,7 @@ def materialize(settings: Settings, window: Window, overlap: timedelta) -> dict[
         raise StepError("no online feature views are registered: run the apply-features step first")
     load_window = window.widened(overlap)
     # Only partitions that passed validate-data, byte for byte: a failed or skipped gate never reaches the store.
-    ledger(settings.home).require(
-        [
-            PartitionFile(Path(view.batch_source.path).name, day, path)
-            for view in views
-            for day, path in zip(
-                load_window.days(), window_partitions(Path(view.batch_source.path), load_window), strict=True
-            )
-        ],
-        "materialize",
-    )
+    ledger(settings.home).require([p for view in views for p in source_partitions(view, load_window)], "materialize")
     check_sources(views, load_window)
     scans = [scan_view(view, load_window) for view in views]
     if sum(s.rows for s in scans) == 0:
