@@ -127,7 +127,11 @@ class Stage(StrictModel):
 
 
 class ShadowSpec(StrictModel):
-    """The shadow gate: the same requests through candidate and stable on Triton, before any real traffic."""
+    """The shadow gate: the same requests through candidate and stable on Triton, before any real traffic.
+
+    Agreement (ETA disagreement, KS, per-cohort shifts), latency, and the served quality on the replayed
+    orders' actual ETAs (MAE, P90 error, confidence calibration, per-cohort low-confidence shares).
+    """
 
     samples: int = Field(1000, ge=50, description="orders replayed through both versions")
     max_relative_diff: float = Field(0.15, gt=0, description="a row disagrees when |Δeta| / stable eta is above this")
@@ -144,11 +148,38 @@ class ShadowSpec(StrictModel):
         0.05, gt=0, le=10, description="per cohort, on the same orders: the mean ETA ratio may move this much"
     )
     shift_alpha: float = Field(0.01, gt=0, le=MAX_ALPHA)
+    # Served quality: the replayed orders' actual ETAs are known, so both versions' served answers are scored
+    # against them on the same orders (see mlrelease.verdicts.served_quality).
+    quality_alpha: float = Field(0.01, gt=0, le=MAX_ALPHA, description="false-verdict rate of the quality contracts")
+    quality_mae_tolerance: float = Field(
+        0.05, gt=0, le=1, description="the candidate's served MAE may be this much (relative) above the champion's"
+    )
+    quality_p90_tolerance: float = Field(
+        0.10, gt=0, le=1, description="the candidate's P90 absolute error may be this much (relative) above"
+    )
+    quality_on_inconclusive: OnInconclusive = Field(
+        "accept", description="MAE or P90 neither shown worse nor shown within: train judged both on the holdout"
+    )
+    quality_min_confidence_ratio: float = Field(
+        1.2, ge=1, le=10, description="fail when the least/most confident fifth error ratio is shown below this"
+    )
+    quality_low_confidence_tolerance: float = Field(
+        0.05, gt=0, le=1, description="per cohort, the low-confidence share may move this much (absolute) either way"
+    )
+    quality_bootstrap: int = Field(
+        2000, ge=200, le=50_000, description="paired bootstrap resamples behind the P90 and calibration bands"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ShadowSpec:
         if self.latency_max_pairs < self.latency_min_pairs:
             raise ValueError("latency_max_pairs must be at least latency_min_pairs")
+        if self.quality_bootstrap * self.quality_alpha / 2 < 5:
+            # a percentile band's ends at α/2 and 1 − α/2 need a few resamples beyond each, or they are noise
+            raise ValueError(
+                f"quality_bootstrap {self.quality_bootstrap} is too few for quality_alpha {self.quality_alpha:g}: "
+                f"need at least {math.ceil(10 / self.quality_alpha)}"
+            )
         return self
 
 

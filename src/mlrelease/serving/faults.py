@@ -364,7 +364,9 @@ CANDIDATE_DRILLS: dict[str, dict[str, Any]] = {
     "slow": {"kind": "slow", "factor": 400},
     # NaN on remote routes: a hard failure per request; validate-serving or shadow refuse it before traffic
     "errors": {"kind": "nan", "only_where": "is_remote"},
-    # confidence halved on the long tail only: stage 2's long-tail rule (≤ 15 %) rolls that cohort back
+    # confidence halved on the long tail only: shadow's served-quality check (the long tail's low-confidence
+    # share vs the champion's, on the same orders) refuses it before traffic; past shadow (an override), stage
+    # 2's long-tail rule (≤ 15 %) would roll that cohort back
     "low_confidence_long_tail": {
         "kind": "scale",
         "output": "confidence_score",

@@ -3,15 +3,18 @@
 The same rows go to both versions, so every difference is the model's: the share of rows whose ETA
 moves by more than `max_relative_diff`, a KS test of the two ETA distributions, and latency judged by
 a sequential paired test of single-row calls, interleaved so both versions see the same server load.
-Any breach fails the gate with a report (also written under the run's artifacts and tagged on the
-MLflow version).
+The replayed orders' actual ETAs are known, so both versions' served answers (ETA and confidence, from
+the graph Triton runs, not the native model train scored) are also judged on them: MAE, P90 error,
+calibration and per-cohort low-confidence shares (`mlrelease.verdicts.served_quality`). The labels are
+joined on order_id after the call; they are never part of the rows sent. Any breach fails the gate with
+a report (also written under the run's artifacts and tagged on the MLflow version).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ from mlrelease.storage import write_json_atomic
 from mlrelease.timewindow import run_key
 from mlrelease.verdicts.decide import ON_INCONCLUSIVE, Verdict, decide
 from mlrelease.verdicts.sequential import mean_level
+from mlrelease.verdicts.served_quality import QualityContract, quality_breaches, served_quality
 
 BATCH = 256
 PAIR_BLOCK = 50  # interleaved call pairs between two looks at the latency band
@@ -36,22 +40,51 @@ PAIR_BLOCK = 50  # interleaved call pairs between two looks at the latency band
 
 def replay_rows(settings: Settings, data_end: datetime, samples: int) -> tuple[np.ndarray, np.ndarray]:
     """Encoded rows of orders from the 24 h before `data_end` (a fixed sample per interval) and their cohorts."""
+    rows, cohorts, _ = replay_orders(settings, data_end, samples)
+    return rows, cohorts
+
+
+def replay_orders(settings: Settings, data_end: datetime, samples: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`replay_rows` and each order's actual ETA (hours; NaN where the order has no label)."""
     from mlrelease.gateway.config import load_config
     from mlrelease.gateway.traffic import order_pool
-    from mlrelease.model.features import FEATURES, encode
+    from mlrelease.model.features import FEATURES, TARGET, encode
+    from mlrelease.sources import read_window
+    from mlrelease.timewindow import Window
 
     pool = order_pool(settings.offline_dir, data_end, load_config().cohorts, hours=24)
     rng = np.random.default_rng(int(data_end.timestamp()))  # the same sample on every retry of this run
     picks = rng.choice(len(pool), size=min(samples, len(pool)), replace=False)
     chosen = pool.iloc[np.sort(picks)]
-    return np.asarray(encode(chosen[list(FEATURES)]), dtype=np.float32), chosen["cohort"].to_numpy()
+    # The pool drops the label (traffic must not send it): take it back from the orders, by order_id only.
+    orders = read_window(settings.offline_dir / "orders", Window(data_end - timedelta(hours=24), data_end))
+    labels = orders.drop_duplicates("order_id", keep="last").set_index("order_id")[TARGET]
+    actual = chosen["order_id"].map(labels).to_numpy(dtype=np.float64)
+    return np.asarray(encode(chosen[list(FEATURES)]), dtype=np.float32), chosen["cohort"].to_numpy(), actual
 
 
-def _eta(client: TritonClient, version: int, rows: np.ndarray) -> np.ndarray:
-    parts = [
-        client.infer(MODEL_NAME, version, rows[i : i + BATCH], OUTPUTS)[OUTPUTS[0]] for i in range(0, len(rows), BATCH)
-    ]
-    return np.concatenate(parts).astype(np.float64)
+def _answers(client: TritonClient, version: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(eta_prediction, confidence_score) of one version for every row, as Triton serves them."""
+    parts = [client.infer(MODEL_NAME, version, rows[i : i + BATCH], OUTPUTS) for i in range(0, len(rows), BATCH)]
+    eta, confidence = (np.concatenate([p[name] for p in parts]).astype(np.float64) for name in OUTPUTS)
+    return eta, confidence
+
+
+def quality_contract(spec: ShadowSpec, seed: int) -> QualityContract:
+    """The served-quality contract the shadow spec declares (the low-confidence threshold is the estimator's)."""
+    from mlrelease.model.estimator import LOW_CONFIDENCE  # here: the estimator module imports sklearn
+
+    return QualityContract(
+        alpha=spec.quality_alpha,
+        mae_tolerance=spec.quality_mae_tolerance,
+        p90_tolerance=spec.quality_p90_tolerance,
+        min_confidence_ratio=spec.quality_min_confidence_ratio,
+        low_confidence_tolerance=spec.quality_low_confidence_tolerance,
+        low_confidence_threshold=LOW_CONFIDENCE,
+        on_inconclusive=spec.quality_on_inconclusive,
+        resamples=spec.quality_bootstrap,
+        seed=seed,
+    )
 
 
 def latency_verdict(
@@ -183,6 +216,7 @@ def breaches(report: dict[str, Any], spec: ShadowSpec) -> list[str]:
                 f"{cohort} ETAs moved beyond ±{spec.shift_tolerance:.0%} on the same orders: mean ratio "
                 f"{shift['ratio']:.3f} (band {low:.3f} … {high:.3f} at α={spec.shift_alpha:g}, {shift['rows']} rows)"
             )
+    found.extend(quality_breaches(report["served_quality"]) if "served_quality" in report else [])
     verdict = report.get("latency_verdict")
     if verdict in (Verdict.FAIL, Verdict.INCONCLUSIVE):
         low, high = report["latency_ratio_band"]
@@ -204,14 +238,16 @@ def shadow(settings: Settings, version: int, data_end: datetime, *, plan_path: P
     spec = load_plan(plan_path).shadow
     url = triton_url()
     require_ready(url, MODEL_NAME, [version, champion])
-    rows, cohorts = replay_rows(settings, data_end, spec.samples)
+    rows, cohorts, actual = replay_orders(settings, data_end, spec.samples)
     if len(rows) < 50:
         raise StepError(f"only {len(rows)} orders in the 24 h before {data_end.isoformat()}: nothing to replay")
     client = TritonClient(url)
     try:
-        candidate_eta, stable_eta = _eta(client, version, rows), _eta(client, champion, rows)
-        report = compare(candidate_eta, stable_eta, cohorts, spec)
-        report["eta_shift_by_cohort"] = cohort_shifts(candidate_eta, stable_eta, cohorts, spec)
+        candidate, stable = _answers(client, version, rows), _answers(client, champion, rows)
+        report = compare(candidate[0], stable[0], cohorts, spec)
+        report["eta_shift_by_cohort"] = cohort_shifts(candidate[0], stable[0], cohorts, spec)
+        contract = quality_contract(spec, seed=int(data_end.timestamp()))
+        report["served_quality"] = served_quality(candidate, stable, actual, cohorts, contract)
         report.update(latency_verdict(client, (version, champion), rows, spec))
     finally:
         client.close()
