@@ -23,6 +23,7 @@ from mlrelease.steps.apply_features import apply_features
 from mlrelease.steps.benchmark import benchmark
 from mlrelease.steps.export import export, model_repository, parity_file
 from mlrelease.steps.train import train
+from mlrelease.steps.validate_data import validate_data
 from mlrelease.steps.validate_serving import validate_serving
 from mlrelease.timewindow import Window
 from tests.conftest import HISTORY, WINDOW_END, WINDOW_START, free_port
@@ -48,6 +49,9 @@ def world(tmp_path_factory) -> Iterator[Settings]:
         generate(home / "data/offline", HISTORY[0], HISTORY[1] + timedelta(days=1), rows_per_day=500, seed=3)
         settings = Settings.from_env()
         apply_features(settings)
+        # Train learns only from partitions that passed validate-data: approve every day the tests train on
+        # (WINDOW's and NEXT_WINDOW's seven training days).
+        validate_data(settings, Window(WINDOW.start, NEXT_WINDOW.end), training_days=8)
         local_triton.up(settings)
         try:
             yield settings

@@ -3,7 +3,8 @@
 The CPU tritonserver available here has only the python backend, so each version is served by a
 python-backend `model.py` that runs the very same model.onnx with onnxruntime. Everything else in the
 config (name, batching, inputs, outputs, version policy) is kept; the platform becomes backend
-"python" and GPU instance groups become CPU ones.
+"python" and GPU instance groups become CPU ones. Each version's export record (model_config.json) is
+copied next to model.py, which checks model.onnx against it before serving it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from mlrelease.serving.triton_repo import MODEL_FILE, read_config, sha256, to_pbtxt, versions_present
+from mlrelease.serving.triton_repo import METADATA_FILE, MODEL_FILE, read_config, sha256, to_pbtxt, versions_present
 from mlrelease.storage import write_text_atomic
 
 PYTHON_MODEL = Path(__file__).with_name("onnx_python_model.py")
@@ -47,6 +48,7 @@ def sync_cpu_repository(production_root: Path, cpu_root: Path, model: str) -> li
             os.link(src / MODEL_FILE, staging / MODEL_FILE)
         else:
             shutil.copy2(src / MODEL_FILE, staging / MODEL_FILE)
+        shutil.copy2(src / METADATA_FILE, staging / METADATA_FILE)  # what model.py verifies model.onnx against
         shutil.copy2(PYTHON_MODEL, staging / "model.py")
         os.rename(staging, dst)
     write_text_atomic(cpu_root / model / "config.pbtxt", to_pbtxt(cpu_config(production)))
@@ -54,8 +56,10 @@ def sync_cpu_repository(production_root: Path, cpu_root: Path, model: str) -> li
 
 
 def _mirrors(src: Path, dst: Path) -> bool:
-    """Whether the CPU version directory already serves exactly the production bytes with the current model.py."""
-    if not (dst / MODEL_FILE).is_file() or not (dst / "model.py").is_file():
+    """Whether the CPU version directory already serves exactly the production bytes, record and current model.py."""
+    if not all((dst / name).is_file() for name in (MODEL_FILE, METADATA_FILE, "model.py")):
+        return False
+    if (dst / METADATA_FILE).read_bytes() != (src / METADATA_FILE).read_bytes():
         return False
     same_model = os.path.samefile(src / MODEL_FILE, dst / MODEL_FILE) or sha256(src / MODEL_FILE) == sha256(
         dst / MODEL_FILE

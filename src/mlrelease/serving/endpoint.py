@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlrelease.registry import MODEL_NAME
 from mlrelease.serving.cpu_repo import sync_cpu_repository
+from mlrelease.serving.integrity import verify_policy
 from mlrelease.serving.local_triton import Ports, TritonPaths
 from mlrelease.serving.triton_repo import disable_config
 from mlrelease.settings import Settings
+
+if TYPE_CHECKING:
+    from mlrelease.registry import Registry
 
 
 def triton_url() -> str:
@@ -17,11 +22,15 @@ def triton_url() -> str:
     return os.environ.get("MLRELEASE_TRITON_URL") or Ports.from_env().http_url
 
 
-def publish_to_local_server(settings: Settings, production_root: Path) -> None:
-    """Embedded default only: mirror the production repository into the CPU repository the local server reads.
+def publish_to_local_server(settings: Settings, production_root: Path, *, registry: Registry | None = None) -> None:
+    """Verify every version the config serves, then (embedded default only) mirror the repository for the local server.
 
-    In production Triton reads the production repository itself (MLRELEASE_TRITON_URL set), so nothing is copied.
+    Every load request our code makes follows this call, so no (re)load can bring up a model.onnx that is not
+    the file export recorded: a swapped file is GateFailed here, in production too, where Triton reads the
+    production repository itself (MLRELEASE_TRITON_URL set) and nothing is copied. `registry` adds the check
+    against each version's MLflow `onnx_sha256` tag.
     """
+    verify_policy(production_root, registry=registry)
     if os.environ.get("MLRELEASE_TRITON_URL"):
         return
     sync_cpu_repository(production_root, TritonPaths.from_settings(settings).cpu_repository, MODEL_NAME)

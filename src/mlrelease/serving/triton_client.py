@@ -92,7 +92,17 @@ class TritonClient:
         return dict(self._do("reading the model config", self._client.get_model_config, model, str(version)))
 
     def infer(self, model: str, version: int, features: np.ndarray, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
-        """Run one batch through a version; returns each output flattened to 1-D."""
+        """Run one batch through a version; returns each output flattened to 1-D (a missing one is a StepError)."""
+        answers = self.infer_tensors(model, version, features, outputs)
+        missing = [name for name in outputs if name not in answers]
+        if missing:
+            raise StepError(f"inference on {model} version {version} returned no output {', '.join(missing)}")
+        return {name: answers[name].reshape(-1) for name in outputs}
+
+    def infer_tensors(
+        self, model: str, version: int, features: np.ndarray, outputs: tuple[str, ...]
+    ) -> dict[str, np.ndarray]:
+        """Run one batch through a version; each output as Triton returned it (shape and dtype kept), absent if not."""
         batch = self._http.InferInput("features", list(features.shape), "FP32")
         batch.set_data_from_numpy(features.astype(np.float32), binary_data=True)
         requested = [self._http.InferRequestedOutput(name, binary_data=True) for name in outputs]
@@ -104,7 +114,8 @@ class TritonClient:
             model_version=str(version),
             outputs=requested,
         )
-        return {name: result.as_numpy(name).reshape(-1) for name in outputs}
+        answers = {name: result.as_numpy(name) for name in outputs}
+        return {name: array for name, array in answers.items() if array is not None}
 
     def inference_stats(self, model: str, version: int) -> dict[str, int]:
         """Triton's cumulative server-side counters for one version: successes, and queue / compute time (ns)."""

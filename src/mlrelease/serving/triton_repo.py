@@ -63,7 +63,6 @@ def parse_pbtxt(text: str) -> mc.ModelConfig:
     return text_format.Parse(text, mc.ModelConfig())
 
 
-
 def version_dir(root: Path, model: str, version: int) -> Path:
     """Directory of one model version."""
     return root / model / str(version)
@@ -78,7 +77,8 @@ def write_version(root: Path, model: str, version: int, model_bytes: bytes, meta
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{version}.staging-"))
     try:
         (staging / MODEL_FILE).write_bytes(model_bytes)
-        meta = {**metadata, "version": version, "sha256": sha256(staging / MODEL_FILE)}
+        # sha256 and size are what integrity.verify_version checks before any step uses the file.
+        meta = {**metadata, "version": version, "sha256": sha256(staging / MODEL_FILE), "size": len(model_bytes)}
         (staging / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         for path in (staging / MODEL_FILE, staging / METADATA_FILE):
             with open(path, "rb") as fh:

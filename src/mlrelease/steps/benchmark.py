@@ -9,6 +9,7 @@ from typing import Any
 from mlrelease.errors import GateFailed, StepError
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.serving.endpoint import triton_url
+from mlrelease.serving.integrity import verify_version
 from mlrelease.serving.local_triton import perf_analyzer_command
 from mlrelease.serving.perf import Level, PerfSettings, Verdict, compare, median_levels, run_perf_analyzer
 from mlrelease.serving.perf_plot import plot_levels
@@ -18,11 +19,14 @@ from mlrelease.settings import Settings
 from mlrelease.steps.export import model_repository
 
 
-def _check_served(settings: Settings, client: TritonClient, versions: list[int]) -> None:
+def _check_served(settings: Settings, client: TritonClient, registry: Registry, versions: list[int]) -> None:
+    """Each version is in the repository, is the file export recorded, and is loaded; else the step fails first."""
     root = model_repository(settings)
     for v in versions:
         if v not in versions_present(root, MODEL_NAME):
             raise StepError(f"version {v} is not in the model repository {root}; re-export it or move the alias")
+        # A number measured on bytes nobody checked would vouch for a model that was never validated.
+        verify_version(root, v, registry=registry)
         if not client.version_ready(MODEL_NAME, v):
             raise StepError(f"{MODEL_NAME} version {v} is not loaded in Triton: run validate-serving first")
 
@@ -84,7 +88,7 @@ def benchmark(
     runs = [("challenger", version)] + ([("champion", baseline)] if baseline is not None else [])
     client = TritonClient(triton_url())
     client.ensure_live()
-    _check_served(settings, client, [v for _, v in runs])
+    _check_served(settings, client, registry, [v for _, v in runs])
 
     with tempfile.TemporaryDirectory(prefix="mlrelease-perf-") as tmp:
         # Bootstrap has nothing to compare with: one round records the candidate's numbers.

@@ -1,4 +1,10 @@
-"""Step `export`: ONNX export with checker, shape inference and parity, published as an immutable Triton version."""
+"""Step `export`: ONNX export with checker, shape inference and parity, published as an immutable Triton version.
+
+Every graph this step publishes or reuses passes the ONNX checker (full check), strict shape inference and
+the serving contract (inputs and outputs exactly as config.pbtxt declares them). A rerun first verifies the
+published model.onnx against its record (serving.integrity) and checks those very bytes again, so the parity
+outputs that validate-serving compares with are only ever derived from verified bytes.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from mlrelease.gitinfo import git_commit
 from mlrelease.model.features import FEATURES
 from mlrelease.model.onnx_export import INPUT, OUTPUTS, parity, run_onnx, to_onnx
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
+from mlrelease.serving.integrity import REGISTRY_TAG, graph_problems, one_line, verified_bytes
 from mlrelease.serving.triton_repo import (
     ServingConfig,
     build_config,
@@ -50,16 +57,40 @@ def served_versions(root: Path, registry: Registry, version: int) -> list[int]:
     return sorted(keep)
 
 
+def _contract(version: int) -> Any:
+    """The config the graph must fit: its inputs and outputs are what the written config.pbtxt declares."""
+    return build_config(MODEL_NAME, len(FEATURES), OUTPUTS, [version], ServingConfig())
+
+
+def _check_graph(registry: Registry, version: int, model_bytes: bytes) -> None:
+    """Checker, strict shape inference and the serving contract on these bytes; a failure tags and raises GateFailed."""
+    problems = graph_problems(model_bytes, _contract(version))
+    if problems:
+        reason = "; ".join(problems)
+        registry.tag_version(version, export_status="failed", export_reason=reason[:500])
+        raise GateFailed(f"ONNX graph of version {version} cannot be served: {reason}")
+
+
+def _outputs(registry: Registry, version: int, model_bytes: bytes, sample: np.ndarray) -> tuple[Any, Any]:
+    """(eta, confidence) of the graph on the sample; an onnxruntime refusal tags the version and is one GateFailed."""
+    try:
+        return run_onnx(model_bytes, sample)
+    except Exception as exc:  # onnxruntime's Fail/InvalidGraph/RuntimeException: a verdict about the graph
+        registry.tag_version(version, export_status="failed", export_reason=one_line(exc)[:500])
+        raise GateFailed(f"onnxruntime cannot run the ONNX graph of version {version}: {one_line(exc)}") from None
+
+
 def _convert_and_check(
     registry: Registry, model: Any, version: int, sample: np.ndarray, tolerance: float
 ) -> tuple[bytes, float]:
-    """ONNX bytes that passed the checker, the NaN check and parity; failures tag the version and raise."""
+    """ONNX bytes that passed the checker, the serving contract, the NaN check and parity; failures tag and raise."""
     try:
         model_bytes = to_onnx(model)
     except Exception as exc:  # checker / shape inference / converter errors
-        registry.tag_version(version, export_status="failed", export_reason=str(exc)[:500])
-        raise GateFailed(f"ONNX export of version {version} failed: {type(exc).__name__}: {exc}") from None
-    eta, confidence = run_onnx(model_bytes, sample)
+        registry.tag_version(version, export_status="failed", export_reason=one_line(exc)[:500])
+        raise GateFailed(f"ONNX export of version {version} failed: {one_line(exc)}") from None
+    _check_graph(registry, version, model_bytes)
+    eta, confidence = _outputs(registry, version, model_bytes, sample)
     if not (np.isfinite(eta).all() and np.isfinite(confidence).all()):
         registry.tag_version(version, export_status="failed", export_reason="non-finite outputs")
         bad = int((~np.isfinite(eta) | ~np.isfinite(confidence)).sum())
@@ -72,6 +103,17 @@ def _convert_and_check(
             f"confidence {check.max_abs_diff_confidence:.2e} > {tolerance:.0e}"
         )
     return model_bytes, max(check.max_abs_diff_eta, check.max_abs_diff_confidence)
+
+
+def _published_bytes(root: Path, registry: Registry, version: int) -> bytes:
+    """The published model.onnx, verified against its record and checked again; GateFailed (tagged) otherwise."""
+    try:
+        model_bytes = verified_bytes(root, version, registry=registry)
+    except GateFailed as exc:
+        registry.tag_version(version, export_status="failed", export_reason=str(exc)[:500])
+        raise
+    _check_graph(registry, version, model_bytes)  # the bytes may predate today's checks
+    return model_bytes
 
 
 def _drill(registry: Registry, version: int, model_bytes: bytes) -> bytes:
@@ -99,7 +141,7 @@ def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARIT
 
     root = model_repository(settings)
     registry = Registry.from_settings(settings)
-    registry.version_tags(version)  # fails clearly for an unknown version
+    tags = registry.version_tags(version)  # fails clearly for an unknown version
     run_id = registry.run_id(version)
     sample = np.load(
         mlflow.artifacts.download_artifacts(
@@ -114,8 +156,12 @@ def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARIT
                 f"{target} holds a model from MLflow run {meta.get('mlflow_run_id')}, but version {version} is run "
                 f"{run_id}: the repository and the registry disagree; move the old directory away first"
             )
-        model_bytes, created = (target / "model.onnx").read_bytes(), False
+        model_bytes, created = _published_bytes(root, registry, version), False
     else:
+        if REGISTRY_TAG in tags:
+            # A digest recorded for a directory that no longer exists (a reset repository): this export's bytes
+            # supersede it, and a stale tag would refuse them on every later step.
+            registry.client().delete_model_version_tag(MODEL_NAME, str(version), REGISTRY_TAG)
         model_bytes, parity_diff = _convert_and_check(
             registry, registry.load_native(version), version, sample, tolerance
         )
@@ -129,8 +175,10 @@ def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARIT
             "outputs": list(OUTPUTS),
         }
         created = write_version(root, MODEL_NAME, version, model_bytes, metadata)
+        # What is on disk now, read back and verified: another writer may have published first (created False).
+        model_bytes = verified_bytes(root, version) if created else _published_bytes(root, registry, version)
 
-    eta, confidence = run_onnx(model_bytes, sample)
+    eta, confidence = _outputs(registry, version, model_bytes, sample)  # parity data from the verified bytes only
     config = build_config(MODEL_NAME, len(FEATURES), OUTPUTS, served_versions(root, registry, version), ServingConfig())
     config_path = write_config(root, config)
     write_npz_atomic(parity_file(settings, version), features=sample, eta_prediction=eta, confidence_score=confidence)
