@@ -30,7 +30,7 @@ HISTORY_DAYS ?= 9
 ROWS_PER_DAY ?= 6000
 # Corrupt the run's window to watch a gate stop the release: make run INJECT=drift (nulls|drift|schema|stale|duplicates)
 INJECT ?=
-# Derive a bad candidate tonight to watch a gate stop it: make run CANDIDATE_FAULT=slow (errors|low_confidence_long_tail|shifted_high_value)
+# Derive a bad candidate tonight to watch a gate stop it: make run CANDIDATE_FAULT=slow (errors|low_confidence_long_tail|overconfident|shifted_high_value)
 CANDIDATE_FAULT ?=
 
 .PHONY: help setup system-run system-test run test test-fast lint bench clean

@@ -374,6 +374,9 @@ CANDIDATE_DRILLS: dict[str, dict[str, Any]] = {
         "only_where": "is_remote",
         "and_below": NOT_HIGH_VALUE,
     },
+    # the champion's ETAs, but confidence_score 1.0 everywhere (scaled 50x, clipped): shadow's served-quality
+    # calibration check refuses it before traffic (a constant confidence carries no information)
+    "overconfident": {"kind": "scale", "output": "confidence_score", "factor": 50.0},
     # premium shippers get 1.5x the ETA: the shadow gate's disagreement share refuses it
     "shifted_high_value": {"kind": "scale", "output": "eta_prediction", "factor": 1.5, "and_above": ("tier", 1.5)},
 }

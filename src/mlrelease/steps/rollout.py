@@ -21,7 +21,9 @@ from mlrelease.rollout.gates import alert_override, require_gates
 from mlrelease.rollout.machine import Action, ActionKind, Phase, apply, candidate_percent, exposure, next_action
 from mlrelease.rollout.plan import Profile, load_plan
 from mlrelease.rollout.store import RolloutRecord, now_utc
+from mlrelease.serving.integrity import verify_version
 from mlrelease.settings import Settings
+from mlrelease.steps.export import model_repository
 from mlrelease.timewindow import parse_run_key
 
 
@@ -132,7 +134,12 @@ def rollout_stage(
 
 
 def _gates(ctx: RolloutContext, version: int, step: str, override: str | None) -> dict[str, Any] | None:
-    """Refuse a version whose earlier gates failed or never ran; with a human's override, tag and alert it."""
+    """Refuse a version whose earlier gates failed or never ran; with a human's override, tag and alert it.
+
+    The file itself is verified too, and no override covers it: traffic only ever goes to the bytes that
+    were exported (and checked by every gate since).
+    """
+    verify_version(model_repository(ctx.settings), version, registry=ctx.registry)
     problems = require_gates(version, ctx.registry.version_tags(version), step, override)
     if not problems:
         return None

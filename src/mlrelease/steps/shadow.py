@@ -26,8 +26,10 @@ from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.rollout.plan import ShadowSpec, load_plan
 from mlrelease.serving.endpoint import triton_url
+from mlrelease.serving.integrity import verify_version
 from mlrelease.serving.triton_client import TritonClient, require_ready
 from mlrelease.settings import Settings
+from mlrelease.steps.export import model_repository
 from mlrelease.storage import write_json_atomic
 from mlrelease.timewindow import run_key
 from mlrelease.verdicts.decide import ON_INCONCLUSIVE, Verdict, decide
@@ -236,6 +238,8 @@ def shadow(settings: Settings, version: int, data_end: datetime, *, plan_path: P
     if champion is None or champion == version:
         raise Skipped(f"v{version} is the champion already (first release or promoted): nothing to shadow")
     spec = load_plan(plan_path).shadow
+    for checked in (version, champion):  # the answers judged must come from the exported, checked files
+        verify_version(model_repository(settings), checked, registry=registry)
     url = triton_url()
     require_ready(url, MODEL_NAME, [version, champion])
     rows, cohorts, actual = replay_orders(settings, data_end, spec.samples)
