@@ -32,3 +32,19 @@ def test_an_override_without_a_webhook_says_it_was_not_alerted(monkeypatch):
     sent = alert_override(3, "rollout-stage", ["shadow_status=failed"], "incident 42")
     assert sent["alerted"] is False and "MLRELEASE_ALERT_WEBHOOK is not set" in sent["why"]
     assert sent["event"] == "gates_overridden" and sent["reason"] == "incident 42"
+
+
+def test_pre_traffic_gates_are_not_repeated_while_the_candidates_rollout_holds_traffic(tmp_path, monkeypatch):
+    from mlrelease.rollout.gates import held_by_open_rollout
+    from mlrelease.rollout.store import RolloutStore
+    from mlrelease.settings import Settings
+    from tests.unit.records import rollout_record
+
+    monkeypatch.setenv("MLRELEASE_HOME", str(tmp_path))
+    settings = Settings.from_env()
+    assert held_by_open_rollout(settings, 2, "benchmark") is None  # no rollout: the gate runs
+    record = rollout_record()
+    RolloutStore.from_settings(settings, "parcel_eta").begin(record)
+    held = held_by_open_rollout(settings, 2, "benchmark")
+    assert held is not None and held["status"].startswith("skipped: v2's rollout holds traffic (stage 1")
+    assert held_by_open_rollout(settings, 3, "benchmark") is None  # another version's gates still run

@@ -9,12 +9,11 @@ from mlrelease.data.schema import ORDERS, ROUTES
 from mlrelease.errors import StepError
 from mlrelease.quality.contract import contract_problems
 from mlrelease.quality.derived import key_hashes, row_hashes, with_derived_columns
+from mlrelease.quality.drift import psi
 from mlrelease.quality.findings import entries, failure_line
 from mlrelease.quality.ledger import PartitionFile, PartitionLedger
 from mlrelease.quality.parameters import suite_parameters
 from mlrelease.storage import sha256
-
-from mlrelease.quality.drift import psi
 
 
 def test_psi_is_near_zero_for_the_same_distribution_and_large_for_a_shift():
@@ -182,7 +181,9 @@ def test_ledger_approves_pinned_bytes_and_refuses_changed_or_unchecked_partition
     book.require([part], "materialize")
     assert book.is_approved(part) and not book.is_approved(other)
     path.write_bytes(b"rewritten upstream")
-    with pytest.raises(StepError, match=r"materialize .* changed since validate-data passed them: orders/date=2026-11-28 "):
+    with pytest.raises(
+        StepError, match=r"materialize .* changed since validate-data passed them: orders/date=2026-11-28 "
+    ):
         book.require([part], "materialize")
     book.revoke([part])
     assert book.read() == {}

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from mlrelease.errors import GateFailed
+from mlrelease.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -64,3 +65,24 @@ def alert_override(version: int, step: str, problems: list[str], reason: str) ->
     except requests.RequestException as exc:  # the override stands; the failed alert is reported in the result
         return {**payload, "alerted": False, "why": f"{type(exc).__name__}: {exc}"}
     return {**payload, "alerted": True}
+
+
+def held_by_open_rollout(settings: Settings, version: int, step: str) -> dict[str, Any] | None:
+    """A result for a pre-traffic gate rerun while `version`'s rollout holds traffic (None when it does not).
+
+    Repeating validate-serving, benchmark or shadow then would leave real traffic on the candidate with no
+    stage analysing it for minutes (and load the server the guardrails measure): the gates passed before
+    the rollout opened (rollout-stage refuses otherwise), so the rerun goes straight on to the open stage.
+    """
+    from mlrelease.registry import MODEL_NAME
+    from mlrelease.rollout.store import RolloutStore
+
+    record = RolloutStore.from_settings(settings, MODEL_NAME).read()
+    if record is None or not record.active or record.candidate_version != version:
+        return None
+    return {
+        "model_version": version,
+        "status": f"skipped: v{version}'s rollout holds traffic (stage {record.stage + 1}, {record.phase}); its "
+        f"gates passed before it opened, so {step} is not repeated",
+        "rollout_run_key": record.run_key,
+    }

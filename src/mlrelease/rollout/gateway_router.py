@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ValidationError
 
 from mlrelease.errors import StepError
@@ -22,8 +24,8 @@ class GatewayTrafficRouter:
     :param triton: the Triton the gateway calls (checked inside the write, so the stored routing was checked).
     """
 
-    def __init__(self, store: RoutingStore, model: str, triton: str) -> None:
-        self.store, self.model, self.triton = store, model, triton
+    def __init__(self, store: RoutingStore, model: str, triton: str, settings: Settings | None = None) -> None:
+        self.store, self.model, self.triton, self.settings = store, model, triton, settings
         self.location = store.location
         self.observed_by = frozenset({"decision_log"})  # every call it routes lands in the decision log
 
@@ -31,7 +33,8 @@ class GatewayTrafficRouter:
     def from_settings(cls, settings: Settings, model: str) -> GatewayTrafficRouter:
         """The store and Triton named by the gateway config (MLRELEASE_GATEWAY_CONFIG or config/gateway.yaml)."""
         config = load_config()
-        return cls(open_routing_store(config.state_url(settings), model), model, config.triton_url or triton_url())
+        store = open_routing_store(config.state_url(settings), model)
+        return cls(store, model, config.triton_url or triton_url(), settings)
 
     def current(self) -> Routing | None:
         """The routing document in force, as a Routing."""
@@ -39,12 +42,15 @@ class GatewayTrafficRouter:
         return None if state is None else _routing(state)
 
     def apply(self, routing: Routing, *, reason: str, clear_trips: bool = False) -> Routing:
-        """One atomic write of the routing document; trips of versions still routed are kept unless cleared."""
+        """One atomic write of the routing document; trips of versions still routed are kept unless cleared.
 
-        def mutate(current: RoutingState | None) -> RoutingState:
-            trips = () if clear_trips or current is None else current.guard_trips
+        A version the routing needs but Triton lost (a restart) is reloaded first, from the repository's
+        policy, with a bounded wait: a rollback reaches stable without a person unless stable cannot load.
+        """
+
+        def build(trips: tuple[Any, ...]) -> RoutingState:
             try:
-                state = RoutingState(
+                return RoutingState(
                     model=self.model,
                     stable_version=routing.stable_version,
                     candidate_version=routing.candidate_version,
@@ -53,6 +59,14 @@ class GatewayTrafficRouter:
                 )
             except ValidationError as exc:
                 raise StepError(f"refused routing change: {exc.errors()[0]['msg']}") from None
+
+        if self.settings is not None:  # outside the store's lock: a reload takes seconds
+            from mlrelease.serving.reconcile import ensure_ready
+
+            ensure_ready(self.settings, self.triton, build(()).serving_versions())
+
+        def mutate(current: RoutingState | None) -> RoutingState:
+            state = build(() if clear_trips or current is None else current.guard_trips)
             require_ready(self.triton, self.model, state.serving_versions())
             return state
 

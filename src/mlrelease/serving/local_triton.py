@@ -179,7 +179,7 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
                     f"(log {paths.log_file}); stop it with `mlrelease triton down`"
                 )
             time.sleep(0.2)
-        return {"status": "already running", "pid": pid, "url": ports.http_url}
+        return {"status": "already running", "pid": pid, "url": ports.http_url, "serving": _reconciled(settings, ports)}
     if is_ready(ports):
         raise StepError(f"another Triton (not started by `mlrelease triton up` here) is serving on {ports.http_url}")
     if not paths.server_binary.is_file():
@@ -212,12 +212,26 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
             tail = paths.log_file.read_text(errors="replace").splitlines()[-5:]
             raise StepError(f"tritonserver exited with {proc.returncode}: {' | '.join(tail)}")
         if is_ready(ports):
-            return {"status": "started", "pid": proc.pid, "url": ports.http_url, "log": str(paths.log_file)}
+            serving = _reconciled(settings, ports)
+            return {
+                "status": "started",
+                "pid": proc.pid,
+                "url": ports.http_url,
+                "log": str(paths.log_file),
+                "serving": serving,
+            }
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     paths.pid_file.unlink(missing_ok=True)
     raise StepError(f"tritonserver did not become ready within {timeout_s:.0f} s (log {paths.log_file})")
+
+
+def _reconciled(settings: Settings, ports: Ports) -> dict[str, Any]:
+    """Load what the repository's policy declares (a restarted server serves the same versions again)."""
+    from mlrelease.serving.reconcile import reconcile
+
+    return reconcile(settings, ports.http_url)
 
 
 def down(settings: Settings, timeout_s: float = 20.0) -> dict[str, Any]:

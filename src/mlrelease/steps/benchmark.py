@@ -8,6 +8,7 @@ from typing import Any
 
 from mlrelease.errors import GateFailed, StepError
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
+from mlrelease.rollout.gates import held_by_open_rollout
 from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.integrity import verify_version
 from mlrelease.serving.local_triton import perf_analyzer_command
@@ -81,6 +82,9 @@ def benchmark(
     perf: PerfSettings | None = None,
 ) -> dict[str, Any]:
     """Benchmark `version` against the champion; with no champion yet, a passing version becomes champion."""
+    held = held_by_open_rollout(settings, version, "benchmark")
+    if held is not None:
+        return held
     perf = perf or PerfSettings()
     registry = Registry.from_settings(settings)
     champion = registry.alias_version(CHAMPION)

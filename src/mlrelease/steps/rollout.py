@@ -16,11 +16,13 @@ from typing import Any
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME
 from mlrelease.rollout.analysis import StageAnalysis, analyze_stage
+from mlrelease.rollout.consistency import ServingView, disagreements, routed_versions
 from mlrelease.rollout.context import DRAIN_S, RolloutContext, iso
 from mlrelease.rollout.gates import alert_override, require_gates
 from mlrelease.rollout.machine import Action, ActionKind, Phase, apply, candidate_percent, exposure, next_action
 from mlrelease.rollout.plan import Profile, load_plan
 from mlrelease.rollout.store import RolloutRecord, now_utc
+from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.integrity import verify_version
 from mlrelease.settings import Settings
 from mlrelease.steps.export import model_repository
@@ -307,6 +309,14 @@ def rollback(settings: Settings, run_key: str | None, *, cohort: str | None = No
     if record.phase is Phase.PROMOTED:
         raise Skipped(f"nothing to roll back: v{record.candidate_version} was promoted (use --to-version)")
     if cohort is None:
+        verdict = _pending_rollback(record)
+        if verdict is not None:
+            # The analysis decided this rollback and its routing did not complete (e.g. Triton was down): the
+            # verdict's reason stays the reason; who retried it is appended to the history, never overwriting.
+            record = ctx.record_update(
+                record, record.with_event("rollback_requested", now_utc(), record.stage, reason=reason)
+            )
+            reason = verdict
         return {"status": "rolled back", **rollback_all(ctx, record, reason)}
     if cohort not in ctx.cohorts:
         raise StepError(f"--cohort {cohort!r} is not a gateway cohort; cohorts are {list(ctx.cohorts)}")
@@ -322,6 +332,14 @@ def rollback(settings: Settings, run_key: str | None, *, cohort: str | None = No
         ),
     )
     return {"status": f"{cohort} rolled back", "candidate_percent": routing.candidate_percent}
+
+
+def _pending_rollback(record: RolloutRecord) -> str | None:
+    """The reason of an analysis that decided to roll everything back while the rollout is still active."""
+    if not record.active:
+        return None
+    decided = [e for e in record.history if e.kind == "analysis" and e.detail.get("action") == "rollback_all"]
+    return str(decided[-1].detail["reason"]) if decided else None
 
 
 def rollback_to(settings: Settings, target: int, *, reason: str) -> dict[str, Any]:
@@ -421,13 +439,33 @@ def retire(settings: Settings, version: int, run_key: str) -> dict[str, Any]:
 
 
 def status(settings: Settings) -> dict[str, Any]:
-    """The current rollout, routing and decision-log location, for humans (`mlrelease rollout status`)."""
+    """Record, routing, MLflow aliases and Triton's loaded versions side by side, with every disagreement named."""
+    from mlrelease.serving.reconcile import declared_versions
+    from mlrelease.serving.triton_client import TritonClient, TritonUnreachable
+
     ctx = RolloutContext.open(settings)
     record = ctx.store.read()
     routing = ctx.router.current()
+    declared = declared_versions(settings)
+    candidates = sorted({*declared, *(routed_versions(routing) if routing else [])})
+    client = TritonClient(ctx.router.triton if hasattr(ctx.router, "triton") else triton_url(), timeout=5)
+    try:
+        loaded: list[int] | None = [v for v in candidates if client.version_ready(MODEL_NAME, v)]
+    except TritonUnreachable:
+        loaded = None
+    finally:
+        client.close()
+    view = ServingView(
+        record, routing, ctx.registry.alias_version(CHAMPION), ctx.registry.alias_version(CHALLENGER), declared, loaded
+    )
+    problems = disagreements(view)
     return {
+        "consistent": not problems,
+        "disagreements": problems,
         "rollout": record.model_dump(mode="json") if record else None,
         "routing": routing.__dict__ if routing else None,
+        "aliases": {CHAMPION: view.champion, CHALLENGER: view.challenger},
+        "triton": {"declared": declared, "loaded": loaded},
         "routing_store": ctx.router.location,
         "metrics_source": ctx.source.location,
     }

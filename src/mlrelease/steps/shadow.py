@@ -24,6 +24,7 @@ from scipy.stats import ks_2samp
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
+from mlrelease.rollout.gates import held_by_open_rollout
 from mlrelease.rollout.plan import ShadowSpec, load_plan
 from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.integrity import verify_version
@@ -237,6 +238,9 @@ def shadow(settings: Settings, version: int, data_end: datetime, *, plan_path: P
     champion = registry.alias_version(CHAMPION)
     if champion is None or champion == version:
         raise Skipped(f"v{version} is the champion already (first release or promoted): nothing to shadow")
+    held = held_by_open_rollout(settings, version, "shadow")
+    if held is not None:
+        return held
     spec = load_plan(plan_path).shadow
     for checked in (version, champion):  # the answers judged must come from the exported, checked files
         verify_version(model_repository(settings), checked, registry=registry)

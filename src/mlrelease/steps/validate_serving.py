@@ -18,6 +18,7 @@ from mlrelease.errors import GateFailed, StepError
 from mlrelease.model.features import FEATURES
 from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
+from mlrelease.rollout.gates import held_by_open_rollout
 from mlrelease.serving.endpoint import disable_everywhere, publish_to_local_server, triton_url
 from mlrelease.serving.integrity import verify_version
 from mlrelease.serving.triton_client import TritonClient, TritonUnreachable
@@ -147,6 +148,9 @@ def validate_serving(settings: Settings, version: int, *, revalidate: bool = Fal
     Only a verdict about the model (refused load, wrong config, wrong answers) takes it out of service;
     an unreachable Triton fails the step without touching anything, so a retry can succeed.
     """
+    held = held_by_open_rollout(settings, version, "validate-serving")
+    if held is not None:
+        return held
     root = model_repository(settings)
     registry = Registry.from_settings(settings)
     tags = registry.version_tags(version)
