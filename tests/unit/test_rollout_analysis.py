@@ -249,3 +249,21 @@ def test_shadow_judges_each_cohorts_eta_shift_on_the_same_orders():
     ]
     identical = cohort_shifts(stable.copy(), stable, cohorts, spec)  # a byte-identical copy: exact, not open
     assert all(s["verdict"] == "pass" and s["band"] == [1.0, 1.0] for s in identical.values())
+
+
+def test_confidence_shift_compares_the_confidence_distributions_of_the_two_arms():
+    from mlrelease.rollout.guardrails import CohortWindow, evaluate
+    from mlrelease.rollout.plan import Guardrail
+
+    rng = np.random.default_rng(4)
+    n = 2000
+    stable_conf = rng.uniform(0.55, 0.95, n)
+
+    def window(confidence):
+        return CohortWindow(n, 0, 0, 0, predictions=rng.uniform(5, 30, n), confidences=confidence, keys=range(n))
+
+    shift = Guardrail(metric="confidence_shift", bad="either", tolerance=0.05, min_samples=100)
+    same = evaluate(shift, "*", window(rng.uniform(0.55, 0.95, n)), window(stable_conf))
+    assert same.verdict == "pass", same.reason
+    overconfident = evaluate(shift, "*", window(np.full(n, 0.99)), window(stable_conf))
+    assert overconfident.verdict == "fail" and "confidence_shift: shift +" in overconfident.reason

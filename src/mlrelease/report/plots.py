@@ -195,7 +195,7 @@ def rollout_plot(report: ReleaseReport, out: Path) -> str | None:
     return _save(fig, out)
 
 
-RELATIVE_METRICS = ("latency", "prediction_shift")
+RELATIVE_METRICS = ("latency", "prediction_shift", "confidence_shift")
 
 
 def evidence_plot(report: ReleaseReport, out: Path) -> str | None:

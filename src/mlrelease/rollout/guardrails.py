@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from mlrelease.rollout.plan import Guardrail
+from mlrelease.rollout.plan import RELATIVE, Guardrail
 from mlrelease.verdicts.decide import ON_INCONCLUSIVE, SEVERITY, Verdict, decide, worst
 from mlrelease.verdicts.sequential import Band, mean_difference, proportion_difference, proportion_level
 
@@ -125,8 +125,9 @@ def band_for(guardrail: Guardrail, candidate: CohortWindow, stable: CohortWindow
         return band, _share(bad_c, n_c), _share(bad_s, n_s)
     if metric == "latency":  # every call is an observation of the version's speed under this load
         c, s = _logs(candidate.latencies_s), _logs(stable.latencies_s)
-    else:  # answers: each distinct request once
-        c, s = _logs(candidate.distinct_answers()[0]), _logs(stable.distinct_answers()[0])
+    else:  # answers (ETA, or confidence for confidence_shift): each distinct request once
+        which = 1 if metric == "confidence_shift" else 0
+        c, s = _logs(candidate.distinct_answers()[which]), _logs(stable.distinct_answers()[which])
     band = mean_difference(c, s, alpha=alpha, tuned_at=tuned)
     median = lambda xs: float(np.exp(np.median(xs))) if len(xs) else None  # noqa: E731
     return band, median(c) or math.nan, median(s)
@@ -156,7 +157,7 @@ def evaluate(guardrail: Guardrail, cohort: str, candidate: CohortWindow, stable:
 
 def _evidence(guardrail: Guardrail, band: Band) -> str:
     """The estimate and its band in the guardrail's own units (relative shifts as percentages)."""
-    if guardrail.metric in ("latency", "prediction_shift"):
+    if guardrail.metric in RELATIVE:
         pct = lambda x: f"{math.expm1(x):+.1%}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")  # noqa: E731
         return f"shift {pct(band.estimate)} (band {pct(band.lower)} … {pct(band.upper)}, n={band.samples})"
     against = f"limit {guardrail.limit:g}" if guardrail.limit is not None else "stable"

@@ -21,7 +21,7 @@ from mlrelease.settings import REPO_ROOT
 from mlrelease.yamlconfig import StrictModel, load_yaml_model
 
 DEFAULT_PLAN = REPO_ROOT / "config" / "rollout_plan.yaml"
-Metric = Literal["error_rate", "nan_rate", "low_confidence_share", "latency", "prediction_shift"]
+Metric = Literal["error_rate", "nan_rate", "low_confidence_share", "latency", "prediction_shift", "confidence_shift"]
 Action = Literal["rollback_cohort", "rollback_all", "pause"]
 Profile = Literal["production", "demo"]
 Direction = Literal["higher", "lower", "either"]
@@ -30,7 +30,7 @@ OnInconclusive = Literal["accept", "pause", "rollback"]
 # Metrics whose value is a share of calls (tolerance in absolute share: 0.001 = 0.1 percentage points) and
 # metrics compared as a relative shift (tolerance as a fraction: 0.10 = 10 %, judged on the log scale).
 SHARES = ("error_rate", "nan_rate", "low_confidence_share")
-RELATIVE = ("latency", "prediction_shift")
+RELATIVE = ("latency", "prediction_shift", "confidence_shift")
 MAX_ALPHA = 0.2
 MAX_CANDIDATE_PERCENT = 99.0  # at least 1 % of every judged cohort stays on stable as the concurrent control
 
