@@ -317,6 +317,29 @@ def test_a_candidate_whose_shadow_failed_is_refused_where_traffic_moves(fresh, r
     steps.rollback(fresh.settings, release.key, reason="test over")
 
 
+def test_a_restarted_triton_gets_its_versions_back_and_a_rollback_still_reaches_stable(fresh):
+    from mlrelease.serving import local_triton
+
+    release = Release(fresh, HEALTHY_CANDIDATE)
+    assert release.stage(0)["status"] == "opened"  # stage 1: high_value half on the candidate
+    local_triton.down(fresh.settings)
+    started = local_triton.up(fresh.settings)  # what a person (or a supervisor) runs after the crash
+    assert started["serving"]["reloaded"] == [GOOD, HEALTHY_CANDIDATE]  # the policy's versions, no manual load
+    assert all(fresh.client().version_ready(MODEL_NAME, v) for v in (GOOD, HEALTHY_CANDIDATE))
+    # A restart that forgets them (a bare server): the rollback reloads stable itself, then moves traffic.
+    fresh.client().unload(MODEL_NAME)
+    deadline = time.monotonic() + 30
+    while fresh.client().version_ready(MODEL_NAME, GOOD) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    steps.rollback(fresh.settings, release.key, reason="Triton lost its models mid-stage")
+    routing = _routing(fresh)
+    assert (routing["stable_version"], routing["candidate_version"]) == (GOOD, None)
+    assert release.record().phase is Phase.ROLLED_BACK
+    assert _aliases(fresh) == {CHAMPION: GOOD, CHALLENGER: None}
+    assert fresh.client().version_ready(MODEL_NAME, GOOD)
+    assert not fresh.client().version_ready(MODEL_NAME, HEALTHY_CANDIDATE)
+
+
 def test_erroring_candidate_is_rolled_back_at_the_first_stage(fresh, gateway, bodies):
     release = Release(fresh, ERRORS)
     with devkit.background_traffic(gateway, bodies, fresh.api_key, RATE) as report:
