@@ -28,7 +28,9 @@ HISTORY_DAYS ?= 9
 # Orders per day. The demo traffic replays the last 5 h of orders (older ones are past the package features'
 # freshness budget): 6,000 a day gives the long tail ~170 distinct orders there, enough for its guardrails.
 ROWS_PER_DAY ?= 6000
-# Corrupt the run's window to watch a gate stop the release: make run INJECT=drift (nulls|drift|schema|stale|duplicates)
+# Corrupt the run's window to watch the data gate stop the release: make run INJECT=negative_values (any class of
+# `mlrelease data generate --inject`: nulls, drift, schema, stale, duplicates, late_events, empty_partition, stuck_column,
+# republished, orphans, naive_timestamps, units)
 INJECT ?=
 # Derive a bad candidate tonight to watch a gate stop it: make run CANDIDATE_FAULT=slow (errors|low_confidence_long_tail|overconfident|shifted_high_value)
 CANDIDATE_FAULT ?=
