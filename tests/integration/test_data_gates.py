@@ -54,7 +54,6 @@ EXPECTED = {
     "negative_values": r"packages\.weight_kg date=2026-11-28: expected values lie in \[0\.01, 1000\]; 18 of 600 "
     r"rows \(3\.0 %\) do not, e\.g\. -",
 }
-REDIS_MODES = ("negative_values", "naive_timestamps", "orphans")
 
 
 def _online(settings: Settings) -> pd.DataFrame:
@@ -70,21 +69,51 @@ def _online(settings: Settings) -> pd.DataFrame:
     return store.get_online_features(features=store.get_feature_service("parcel_eta_v1"), entity_rows=rows).to_df()
 
 
-@pytest.fixture(scope="module")
-def last_night(tmp_path_factory: pytest.TempPathFactory, clean_offline: Path) -> Iterator[pytest.MonkeyPatch]:
-    """An MLRELEASE_HOME whose online store holds last night's validated window (shared: tests restore it)."""
-    home = tmp_path_factory.mktemp("data-gates")
+@pytest.fixture(scope="module", params=["sqlite", "redis"])
+def last_night(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, clean_offline: Path
+) -> Iterator[str]:
+    """An MLRELEASE_HOME whose online store (SQLite, then a real Redis) holds last night's validated window.
+
+    Shared by the module's tests, which restore tonight's partitions after corrupting them.
+    """
+    store = request.param
+    home = tmp_path_factory.mktemp(f"data-gates-{store}")
     shutil.copytree(clean_offline, home / "data/offline")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLRELEASE_HOME", str(home))
         mp.setenv("MLRELEASE_XCOM_PATH", str(home / "xcom/return.json"))
         mp.delenv("MLRELEASE_ONLINE_STORE", raising=False)
+        if store == "redis":
+            import redis
+
+            url = request.getfixturevalue("redis_url")
+            redis.Redis.from_url(f"redis://{url}").flushall()
+            mp.setenv("MLRELEASE_ONLINE_STORE", "redis")
+            mp.setenv("MLRELEASE_REDIS_URL", url)
         mp.chdir(home)  # apply changes directory like `feast apply`
         settings = Settings.from_env()
         apply_features(settings)
         validate_data(settings, LAST_NIGHT, overlap=OVERLAP)
         materialize(settings, LAST_NIGHT, OVERLAP)
-        yield mp
+        yield store
+
+
+def _store_digest(settings: Settings) -> str:
+    """A digest of the whole online store: the SQLite file, or every Redis key with its serialized value."""
+    if settings.online_store == "sqlite":
+        return sha256(settings.home / "feast/online_store.db")
+    import hashlib
+
+    import redis
+
+    client = redis.Redis.from_url(f"redis://{settings.redis_url}")
+    digest = hashlib.sha256()
+    keys = sorted(client.keys("*"))
+    assert keys, "last night's features must be in Redis"
+    for key in keys:
+        digest.update(key + (client.dump(key) or b""))
+    return digest.hexdigest()
 
 
 def _restore_tonight(offline: Path, clean_offline: Path) -> None:
@@ -113,35 +142,14 @@ def _stopped_before_the_store(settings: Settings, mode: str) -> str:
 
 
 @pytest.mark.parametrize("mode", sorted(EXPECTED))
-def test_sqlite_online_store_is_untouched_by_a_corrupted_window(last_night, clean_offline, mode):
+def test_online_store_is_untouched_by_a_corrupted_window(last_night, clean_offline, mode):
     settings = Settings.from_env()
-    db = settings.home / "feast/online_store.db"
-    before, digest = _online(settings), sha256(db)
+    assert settings.online_store == last_night
+    before, digest = _online(settings), _store_digest(settings)
     try:
         findings = _stopped_before_the_store(settings, mode)
         assert re.search(EXPECTED[mode], findings), findings
-        assert sha256(db) == digest  # not one byte of the online store changed
+        assert _store_digest(settings) == digest  # not one byte of the online store changed
         pd.testing.assert_frame_equal(_online(settings), before)
     finally:
         _restore_tonight(settings.offline_dir, clean_offline)
-
-
-@pytest.mark.parametrize("mode", REDIS_MODES)
-def test_redis_online_store_is_untouched_by_a_corrupted_window(home_with_data, redis_url, monkeypatch, mode):
-    import redis
-
-    redis.Redis.from_url(f"redis://{redis_url}").flushall()
-    monkeypatch.setenv("MLRELEASE_ONLINE_STORE", "redis")
-    monkeypatch.setenv("MLRELEASE_REDIS_URL", redis_url)
-    monkeypatch.chdir(home_with_data)
-    settings = Settings.from_env()
-    apply_features(settings)
-    validate_data(settings, LAST_NIGHT, overlap=OVERLAP)
-    materialize(settings, LAST_NIGHT, OVERLAP)
-    client = redis.Redis.from_url(f"redis://{redis_url}")
-    before, keys = _online(settings), client.dbsize()
-    assert keys > 0
-    findings = _stopped_before_the_store(settings, mode)
-    assert re.search(EXPECTED[mode], findings), findings
-    assert client.dbsize() == keys
-    pd.testing.assert_frame_equal(_online(settings), before)
