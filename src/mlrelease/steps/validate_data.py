@@ -49,10 +49,11 @@ def _scope_days(table: Table, settings: Settings, load: Window, training: Window
     """The load window's days, plus training days whose partition never passed or changed since it did."""
     days = set(load.days())
     if training is not None:
-        approved = ledger(settings.home).read()
+        book = ledger(settings.home)
+        approved = book.read()
         for day in training.days():
             pf = PartitionFile(table.name, day, partition_file(settings.offline_dir / table.name, day))
-            if pf.path.is_file() and not ledger(settings.home).is_approved(pf, approved):
+            if pf.path.is_file() and not book.is_approved(pf, approved):
                 days.add(day)
     return sorted(days)
 
