@@ -25,17 +25,11 @@ class ServingView:
     loaded: list[int] | None  # None: Triton did not answer
 
 
-def routed_versions(routing: Routing) -> list[int]:
-    """Versions the routing sends traffic to: stable, and the candidate when any cohort has a share."""
-    receives = routing.candidate_version is not None and any(p > 0 for p in routing.candidate_percent.values())
-    return [routing.stable_version, *([routing.candidate_version] if receives else [])]  # type: ignore[list-item]
-
-
 def disagreements(view: ServingView) -> list[str]:
     """One line per way the four sources of truth disagree; empty when they tell one story."""
     if view.routing is None:
         return ["no routing document: the gateway serves nothing"]
-    routed = routed_versions(view.routing)
+    routed = view.routing.serving_versions()
     return _serving_problems(view, routed) + _record_problems(view, view.routing, routed)
 
 

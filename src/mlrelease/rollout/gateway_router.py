@@ -63,7 +63,7 @@ class GatewayTrafficRouter:
         if self.settings is not None:  # outside the store's lock: a reload takes seconds
             from mlrelease.serving.reconcile import ensure_ready
 
-            ensure_ready(self.settings, self.triton, build(()).serving_versions())
+            ensure_ready(self.settings, self.triton, routing.serving_versions())
 
         def mutate(current: RoutingState | None) -> RoutingState:
             state = build(() if clear_trips or current is None else current.guard_trips)

@@ -25,6 +25,11 @@ class Routing:
     tripped: dict[int, str] = field(default_factory=dict)  # version -> the fast guard's reason
     revision: int = 0
 
+    def serving_versions(self) -> list[int]:
+        """Versions this routing sends traffic to: stable, and the candidate when any cohort has a share."""
+        receives = self.candidate_version is not None and any(p > 0 for p in self.candidate_percent.values())
+        return [self.stable_version, *([self.candidate_version] if receives else [])]  # type: ignore[list-item]
+
 
 class TrafficRouter(Protocol):
     """Applies routing atomically: readers see the old routing or the new one, never a mix."""

@@ -16,7 +16,7 @@ from typing import Any
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME
 from mlrelease.rollout.analysis import StageAnalysis, analyze_stage
-from mlrelease.rollout.consistency import ServingView, disagreements, routed_versions
+from mlrelease.rollout.consistency import ServingView, disagreements
 from mlrelease.rollout.context import DRAIN_S, RolloutContext, iso
 from mlrelease.rollout.gates import alert_override, require_gates
 from mlrelease.rollout.machine import Action, ActionKind, Phase, apply, candidate_percent, exposure, next_action
@@ -447,7 +447,7 @@ def status(settings: Settings) -> dict[str, Any]:
     record = ctx.store.read()
     routing = ctx.router.current()
     declared = declared_versions(settings)
-    candidates = sorted({*declared, *(routed_versions(routing) if routing else [])})
+    candidates = sorted({*declared, *(routing.serving_versions() if routing else [])})
     client = TritonClient(ctx.router.triton if hasattr(ctx.router, "triton") else triton_url(), timeout=5)
     try:
         loaded: list[int] | None = [v for v in candidates if client.version_ready(MODEL_NAME, v)]
