@@ -44,6 +44,7 @@ from mlrelease.model.estimator import LOW_CONFIDENCE  # noqa: E402
 from mlrelease.rollout.analysis import analyze_stage  # noqa: E402
 from mlrelease.rollout.guardrails import CohortWindow  # noqa: E402
 from mlrelease.rollout.machine import ActionKind, RolloutState, apply, exposure, next_action  # noqa: E402
+from mlrelease.rollout.outage import CallTimeline  # noqa: E402
 from mlrelease.rollout.plan import RolloutPlan, load_plan  # noqa: E402
 
 COHORTS = ("high_value", "long_tail", "core")
@@ -125,6 +126,16 @@ class ReplaySource:
         start, end = (since - T0).total_seconds(), (until - T0).total_seconds()
         return {k: window([c for t, c in v if start <= t < end]) for k, v in self.calls.items()}
 
+    def timeline(self, since: datetime, until: datetime) -> CallTimeline:
+        start, end = (since - T0).total_seconds(), (until - T0).total_seconds()
+        seen = [(t, version, c) for (_, version), v in self.calls.items() for t, c in v if start <= t < end]
+        return CallTimeline(
+            calls=tuple(T0.timestamp() + t for t, _, _ in seen),
+            stable_failures=tuple(
+                T0.timestamp() + t for t, version, c in seen if version == 1 and c.outcome in ("error", "timeout")
+            ),
+        )
+
     def features(self, cohort: str, since: datetime, until: datetime) -> np.ndarray:
         return np.zeros((0, 0))
 
@@ -205,6 +216,7 @@ def run_sequential(
                 excluded=state.excluded_cohorts,
                 exposed_enough=exposed,
                 final=final,
+                max_gap_s=plan.max_gap_s["demo"],
             )
             action = next_action(state, plan, "demo", now, analysis.verdicts)
             if action.kind is not ActionKind.WAIT:

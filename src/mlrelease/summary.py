@@ -87,7 +87,8 @@ def rollout_detail(task: str, result: dict[str, Any]) -> str:
         )
     if task.startswith("analyze"):
         verdicts = ", ".join(f"{c} {v}" for c, v in (result.get("verdicts") or {}).items())
-        return f"{result.get('action')} ({verdicts}) {_decided_after(result)}".rstrip()
+        outage = "; the window contains an outage" if result.get("outages") else ""
+        return f"{result.get('action')} ({verdicts}) {_decided_after(result)}".rstrip() + outage
     if task == "promote":
         return f"v{result.get('model_version')} is champion (was v{result.get('previous_version')})"
     return str(result.get("status", ""))
@@ -123,6 +124,11 @@ def rollout_lines(settings: Settings, end: datetime, outcomes: dict[str, dict[st
     record = RolloutStore.from_settings(settings, MODEL_NAME).read()
     if record is not None and record.run_key == run_key(end):  # the current record may be another night's
         lines += ["", f"  timeline of v{record.candidate_version} (stable v{record.stable_version}): {record.phase}"]
+        if record.phase == "rolling_back":  # decided, not confirmed: the record never claims more than routing
+            lines.append(
+                f"  rollback not confirmed: routing may still send traffic to v{record.candidate_version}; "
+                "`mlrelease step rollback` finishes it"
+            )
         for event in record.history:
             offset = (event.at - record.started_at).total_seconds()
             what = event.detail.get("reason") or event.detail.get("candidate_percent") or ""

@@ -28,3 +28,13 @@ def test_a_promotion_whose_alias_did_not_move_is_named():
         "Triton did not answer: cannot tell what is loaded",
         "the record (promoted, candidate v2) means champion v2, the champion alias is v1",
     ]
+
+
+def test_a_rollback_decided_but_not_routed_is_named_until_it_is_finished():
+    routing = Routing(stable_version=1, candidate_version=2, candidate_percent={"high_value": 50.0})
+    view = ServingView(rollout_record(Phase.ROLLING_BACK), routing, 1, 2, [1, 2], [1, 2])
+    assert disagreements(view) == ["rolling back: routing still sends traffic to v2"]
+    routed = ServingView(rollout_record(Phase.ROLLING_BACK), Routing(stable_version=1), 1, None, [1], [1])
+    assert disagreements(routed) == [
+        "rolling back: routing is on stable v1, but the rollback of v2 is not recorded as finished"
+    ]

@@ -10,7 +10,8 @@ import pytest
 from mlrelease.errors import StepError
 from mlrelease.rollout.analysis import analyze_stage, open_cohorts
 from mlrelease.rollout.guardrails import CohortWindow, Verdict
-from mlrelease.rollout.machine import Phase, RolloutState
+from mlrelease.rollout.machine import ActionKind, Phase, RolloutState, next_action
+from mlrelease.rollout.outage import CallTimeline, find_outages
 from mlrelease.rollout.plan import ShadowSpec, load_plan
 from mlrelease.rollout.store import RolloutBusy, RolloutRecord, RolloutStore
 from mlrelease.steps.shadow import breaches, cohort_shifts, compare
@@ -35,27 +36,47 @@ def _window(n: int, *, low: int = 0, nan: int = 0, errors: int = 0, latency: flo
 
 
 class FakeSource:
-    """The stage's windows; anything before the stage opened would be another hour's traffic."""
+    """The stage's windows; anything before the stage opened would be another hour's traffic.
+
+    Calls arrive every 0.1 s except in `silent` (seconds after T0, from, to); stable failed at `stable_failed`.
+    """
 
     location = "fake"
 
-    def __init__(self, current: dict) -> None:
-        self.current = current
+    def __init__(self, current: dict, silent: tuple[float, float] | None = None, stable_failed=()) -> None:
+        self.current, self.silent, self.stable_failed = current, silent, stable_failed
         self.asked: list[tuple[datetime, datetime]] = []
 
     def windows(self, since: datetime, until: datetime) -> dict:
         self.asked.append((since, until))
         return self.current if since >= T0 else {}
 
+    def timeline(self, since: datetime, until: datetime) -> CallTimeline:
+        self.asked.append((since, until))
+        offsets = np.arange(0.0, (until - since).total_seconds(), 0.1)
+        if self.silent is not None:
+            offsets = offsets[(offsets < self.silent[0]) | (offsets >= self.silent[1])]
+        start = since.timestamp()
+        return CallTimeline(tuple(start + offsets), tuple(start + t for t in self.stable_failed))
+
     def features(self, cohort: str, since: datetime, until: datetime) -> np.ndarray:
         return np.zeros((0, 14))
 
 
 def _analyze(
-    stage_index: int, current: dict, *, tripped: str | None = None, final: bool = False, excluded=(), exposed=True
+    stage_index: int,
+    current: dict,
+    *,
+    tripped: str | None = None,
+    final: bool = False,
+    excluded=(),
+    exposed=True,
+    silent=None,
+    stable_failed=(),
+    stage=None,
 ):
-    stage = PLAN.stages[stage_index]
-    source = FakeSource(current)
+    stage = stage or PLAN.stages[stage_index]
+    source = FakeSource(current, silent, stable_failed)
     analysis = analyze_stage(
         stage,
         COHORTS,
@@ -68,6 +89,7 @@ def _analyze(
         exposed_enough=exposed or final,
         final=final,
         tripped=tripped,
+        max_gap_s=PLAN.max_gap_s["demo"],
     )
     assert all(since >= T0 for since, _ in source.asked)  # only the concurrent control, never earlier traffic
     return analysis
@@ -92,6 +114,7 @@ def test_a_healthy_candidate_passes_against_its_concurrent_control():
     assert analysis.verdicts == {"*": Verdict.PASS, "high_value": Verdict.PASS}, analysis.summary()
     assert analysis.samples["high_value"] == {"candidate": 1500, "stable": 1500}
     assert all(r.band["lower"] <= r.band["estimate"] <= r.band["upper"] for r in analysis.results)
+    assert analysis.outages == () and analysis.as_dict()["outages"] == []  # calls all along, stable never failed
 
 
 def test_low_confidence_on_the_long_tail_fails_only_that_cohort_with_its_numbers():
@@ -267,3 +290,62 @@ def test_confidence_shift_compares_the_confidence_distributions_of_the_two_arms(
     assert same.verdict == "pass", same.reason
     overconfident = evaluate(shift, "*", window(np.full(n, 0.99)), window(stable_conf))
     assert overconfident.verdict == "fail" and "confidence_shift: shift +" in overconfident.reason
+
+
+HEALTHY = _both("high_value", _window(1500, low=30), _window(1500, low=30))
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [({"stable_failed": (8.0, 8.5, 9.1)}, "stable_failed"), ({"silent": (8.0, 17.7)}, "no_calls")],
+    ids=["stable-errors", "call-gap"],
+)
+def test_a_window_with_an_outage_never_passes_and_pauses_at_the_maximum_exposure(fault, kind):
+    assert _analyze(0, HEALTHY).verdicts == {"*": Verdict.PASS, "high_value": Verdict.PASS}  # without the fault
+    during = _analyze(0, HEALTHY, **fault)
+    assert set(during.verdicts.values()) == {Verdict.CONTINUE}  # what passed waits: no pass, no `accept`
+    assert not [r for r in during.results if r.verdict is Verdict.PASS]
+    (outage,) = during.outages
+    assert outage.kind == kind and (outage.start - T0).total_seconds() == pytest.approx(8, abs=0.11)
+    recorded = during.as_dict()["outages"][0]
+    assert recorded["kind"] == kind and recorded["duration_s"] == pytest.approx(outage.duration_s)
+    assert "the window contains an outage" in during.summary() and "no pass" in during.summary()
+    assert all("outage" in r.reason for r in during.results)
+    # at the maximum exposure: inconclusive, whatever on_inconclusive says (accept would be a pass) → pause
+    final = _analyze(0, HEALTHY, final=True, **fault)
+    assert set(final.verdicts.values()) == {Verdict.INCONCLUSIVE}
+    opened = RolloutState(candidate_version=2, stable_version=1, stage_opened_at=T0)
+    at_max = T0 + timedelta(seconds=PLAN.stages[0].max_exposure_s["demo"])
+    assert next_action(opened, PLAN, "demo", at_max, final.verdicts).kind is ActionKind.PAUSE
+
+
+def test_an_outage_does_not_turn_on_inconclusive_rollback_into_a_fail_but_a_real_fail_still_acts():
+    stage = PLAN.stages[0]
+    strict = stage.model_copy(
+        update={"guardrails": tuple(g.model_copy(update={"on_inconclusive": "rollback"}) for g in stage.guardrails)}
+    )
+    thin = _both("high_value", _window(40), _window(40))
+    assert Verdict.FAIL in _analyze(0, thin, final=True, stage=strict).verdicts.values()  # the plan's choice …
+    paused = _analyze(0, thin, final=True, stage=strict, stable_failed=(3.0, 3.2, 3.4))
+    assert set(paused.verdicts.values()) == {Verdict.INCONCLUSIVE}  # … is not made on a window with an outage
+    broken = _both("high_value", _window(1500, errors=300), _window(1500))
+    failed = _analyze(0, broken, silent=(8.0, 17.0))
+    assert failed.verdicts["high_value"] is Verdict.FAIL and failed.outages
+    opened, early = RolloutState(2, 1, stage_opened_at=T0), T0 + timedelta(seconds=30)
+    assert next_action(opened, PLAN, "demo", early, failed.verdicts).kind is ActionKind.ROLLBACK_ALL
+
+
+def test_outages_are_silences_longer_than_the_gap_and_bursts_of_stable_failures():
+    start = T0.timestamp()
+    calls = [start + t for t in (0.5, 1.0, 3.0, 9.5, 10.0)]  # silent 3.0 → 9.5, then until the end (20)
+    # two bursts: 4.0–4.8 (three failures: an outage) and 15.0 (one stray failure: not an outage)
+    failures = [start + t for t in (4.0, 4.5, 4.8, 15.0)]
+    found = find_outages(CallTimeline(calls, failures), T0, T0 + timedelta(seconds=20), 5.0)
+    assert [(o.kind, (o.start - T0).total_seconds(), round(o.duration_s, 3)) for o in found] == [
+        ("no_calls", 3.0, 6.5),
+        ("stable_failed", 4.0, 0.8),
+        ("no_calls", 10.0, 10.0),
+    ]
+    assert found[1].detail == "stable failed 3 calls" and "still silent" in found[2].detail
+    steady = [start + t / 10 for t in range(200)]
+    assert find_outages(CallTimeline(steady), T0, T0 + timedelta(seconds=20), 5.0) == ()

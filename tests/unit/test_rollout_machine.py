@@ -1,10 +1,18 @@
-"""The rollout state machine, ticked through the default plan with a fake clock (pure)."""
+"""The rollout state machine, ticked through the default plan with a fake clock (pure), and the rollback steps."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
+import pytest
+
+from mlrelease.errors import GateFailed, StepError
+from mlrelease.rollout.consistency import ServingView, disagreements
+from mlrelease.rollout.guardrails import CohortWindow
 from mlrelease.rollout.machine import (
+    Action,
     ActionKind,
     Phase,
     RolloutState,
@@ -13,12 +21,18 @@ from mlrelease.rollout.machine import (
     exposure,
     next_action,
 )
+from mlrelease.rollout.outage import CallTimeline
 from mlrelease.rollout.plan import load_plan
+from mlrelease.rollout.store import RolloutBusy, RolloutStore
+from mlrelease.rollout.traffic_router import Routing
+from mlrelease.steps import rollout as steps
 from mlrelease.verdicts.decide import Verdict
+from tests.unit.records import rollout_record
 
 PLAN = load_plan()
 T0 = datetime(2026, 11, 29, 2, tzinfo=UTC)
 PASS = {"high_value": Verdict.PASS, "long_tail": Verdict.PASS, "core": Verdict.PASS}
+KEY = rollout_record().run_key
 
 
 def _run(verdicts_by_stage, *, profile="demo", max_ticks=50):
@@ -60,9 +74,32 @@ def test_a_long_tail_breach_rolls_back_that_cohort_only_and_continues():
 
 def test_a_breach_in_the_first_stage_rolls_everything_back():
     state, taken = _run(lambda stage: {**PASS, "high_value": Verdict.FAIL})
-    assert taken[-1][0] is ActionKind.ROLLBACK_ALL and state.phase is Phase.ROLLED_BACK
+    # decided (rolling back), then completed once routing confirmed it: two ticks, the record never ahead
+    assert [k for k, _, _ in taken[-2:]] == [ActionKind.ROLLBACK_ALL, ActionKind.COMPLETE_ROLLBACK]
+    assert state.phase is Phase.ROLLED_BACK
     assert "guardrails failed for high_value" in state.reason
     assert candidate_percent(state, PLAN) == {}
+
+
+def test_a_decided_rollback_is_rolling_back_until_completed_and_keeps_its_first_reason():
+    opened = RolloutState(candidate_version=2, stable_version=1, stage_opened_at=T0)
+    now = T0 + timedelta(seconds=5)
+    decided = next_action(opened, PLAN, "demo", now, {**PASS, "high_value": Verdict.FAIL})
+    rolling = apply(opened, decided, PLAN, now)
+    assert rolling.phase is Phase.ROLLING_BACK and "guardrails failed for high_value" in rolling.reason
+    assert candidate_percent(rolling, PLAN) == {}  # what routing must become: nothing on the candidate
+    # every later tick resumes it, whatever the verdicts say (a pass cannot undo a decided rollback)
+    for verdicts in (None, PASS):
+        resume = next_action(rolling, PLAN, "demo", now + timedelta(seconds=60), verdicts)
+        assert resume.kind is ActionKind.COMPLETE_ROLLBACK and resume.reason == rolling.reason
+    # a second request (a person, a retry) does not overwrite the first reason
+    again = apply(rolling, Action(ActionKind.ROLLBACK_ALL, 0, reason="manual rollback"), PLAN, now)
+    assert again == rolling
+    done = apply(rolling, resume, PLAN, now)
+    assert done.phase is Phase.ROLLED_BACK and done.reason == rolling.reason
+    assert next_action(done, PLAN, "demo", now, None).kind is ActionKind.NONE
+    # completing applies only to a rollback under way
+    assert apply(opened, resume, PLAN, now) == opened
 
 
 def test_a_breach_on_everyone_cannot_be_a_cohort_rollback():
@@ -112,3 +149,121 @@ def test_a_pooled_breach_rolls_everything_back_even_in_a_cohort_rollback_stage()
         state, PLAN, "demo", T0 + timedelta(seconds=40), {"*": Verdict.FAIL, "long_tail": Verdict.PASS}
     )
     assert action.kind is ActionKind.ROLLBACK_ALL and action.cohorts == ("*",)
+
+
+# The rollback steps, against the real record store and a fake router that notes what the record said
+# when traffic moved.
+
+
+class FakeRouter:
+    """Routing in memory; `failing` makes every write fail (e.g. stable cannot be loaded)."""
+
+    location, observed_by = "fake", frozenset({"decision_log"})
+
+    def __init__(self, store) -> None:
+        self.store, self.failing = store, ""
+        self.routing = Routing(stable_version=1, candidate_version=2, candidate_percent={"high_value": 50.0})
+        self.record_said: list[Phase] = []  # the record's phase at each routing write
+
+    def current(self) -> Routing:
+        return self.routing
+
+    def apply(self, routing: Routing, *, reason: str, clear_trips: bool = False) -> Routing:
+        self.record_said.append(self.store.read().phase)
+        if self.failing:
+            raise StepError(self.failing)
+        self.routing = replace(routing, revision=self.routing.revision + 1)
+        return self.routing
+
+
+class FailingSource:
+    """A stage whose candidate fails a fifth of its calls, with calls all through the window."""
+
+    location = "fake"
+
+    def windows(self, since, until):
+        def arm(errors):
+            return CohortWindow(
+                2000, errors, 0, 0, (0.002,) * 2000, (20.0,) * (2000 - errors), (0.9,) * (2000 - errors)
+            )
+
+        return {("high_value", 2): arm(400), ("high_value", 1): arm(0), ("*", 2): arm(400), ("*", 1): arm(0)}
+
+    def timeline(self, since, until):
+        return CallTimeline(calls=tuple(np.arange(since.timestamp(), until.timestamp(), 0.5)))
+
+    def features(self, cohort, since, until):
+        return np.zeros((0, 14))
+
+
+@pytest.fixture
+def stage_one(tmp_path, monkeypatch):
+    """Stage 1 of v2 opened a few seconds ago, every rollout step wired to a fake router and source."""
+    from mlrelease.rollout import context
+
+    store = RolloutStore(tmp_path, "parcel_eta")
+    opened = datetime.now(UTC) - timedelta(seconds=5)
+    store.update(lambda _: rollout_record().model_copy(update={"stage_opened_at": opened}))
+    ctx = context.RolloutContext(None, store, FakeRouter(store), FailingSource(), None, ("high_value", "long_tail"))
+    ctx.retire_candidate = lambda record, reason: {"retired_for": reason}  # no Triton, no MLflow here
+    monkeypatch.setattr(context.RolloutContext, "open", classmethod(lambda cls, settings: ctx))
+    return ctx
+
+
+def test_a_rollback_verdict_is_stored_as_rolling_back_before_traffic_moves(stage_one):
+    with pytest.raises(GateFailed, match="rolled back v2 to v1"):
+        steps.analyze(None, 0, 2, KEY)
+    record = stage_one.store.read()
+    assert stage_one.router.record_said == [Phase.ROLLING_BACK]  # the decision first, then traffic …
+    assert record.phase is Phase.ROLLED_BACK and record.finished_at is not None  # … then the record
+    assert [e.kind for e in record.history] == ["analysis", "rolled_back"]
+    assert record.reason.startswith("stage high_value: guardrails failed for high_value")
+    assert stage_one.router.routing.serving_versions() == [1]
+
+
+def test_a_failed_routing_stays_rolling_back_and_a_retry_finishes_it_with_the_first_reason(stage_one, monkeypatch):
+    stage_one.router.failing = "parcel_eta version(s) [1] are not ready on Triton; load them first"
+    with pytest.raises(StepError, match="stays rolling back"):
+        steps.analyze(None, 0, 2, KEY)
+    record = stage_one.store.read()
+    verdict = record.reason
+    assert record.phase is Phase.ROLLING_BACK and record.finished_at is None and record.active
+    assert verdict.startswith("stage high_value: guardrails failed")
+    view = ServingView(record, stage_one.router.routing, 1, 2, [1, 2], [1, 2])
+    assert "rolling back: routing still sends traffic to v2" in disagreements(view)
+    # while it rolls back, no stage opens and nothing is promoted (the version's gates passed: not the question)
+    monkeypatch.setattr(steps, "_gates", lambda *args: None)
+    with pytest.raises(GateFailed, match="is being rolled back"):
+        steps.rollout_stage(None, 1, 2, KEY, profile="demo")
+    with pytest.raises(GateFailed, match="cannot be promoted"):
+        steps.promote(None, 2, KEY)
+    stage_one.router.failing = ""
+    done = steps.rollback(None, KEY, reason="on-call: Triton is back")
+    record = stage_one.store.read()
+    assert record.phase is Phase.ROLLED_BACK and record.reason == verdict == done["reason"]  # never overwritten
+    assert [e.kind for e in record.history] == ["analysis", "rollback_requested", "rolled_back"]
+    assert record.history[1].detail["reason"] == "on-call: Triton is back"  # appended as history
+    assert done["retired_for"] == verdict  # the version's tag quotes the verdict too
+    assert disagreements(ServingView(record, stage_one.router.routing, 1, None, [1], [1])) == []
+
+
+def test_a_manual_rollback_whose_routing_failed_is_finished_by_the_next_analyze_tick(stage_one):
+    stage_one.router.failing = "routing store unreachable"
+    with pytest.raises(StepError, match="stays rolling back"):
+        steps.rollback(None, KEY, reason="abort: wrong model")
+    assert stage_one.store.read().phase is Phase.ROLLING_BACK
+    stage_one.router.failing = ""
+    with pytest.raises(GateFailed, match="rolled back v2 to v1: abort: wrong model"):
+        steps.analyze(None, 0, 2, KEY)  # resumes the decided rollback instead of judging the stage again
+    record = stage_one.store.read()
+    assert record.phase is Phase.ROLLED_BACK and record.reason == "abort: wrong model"
+    assert [e.kind for e in record.history] == ["rollback_requested", "rolled_back"]
+    assert stage_one.router.record_said == [Phase.ROLLING_BACK, Phase.ROLLING_BACK]
+
+
+def test_a_rolling_back_rollout_still_holds_the_model(tmp_path):
+    store = RolloutStore(tmp_path, "parcel_eta")
+    store.update(lambda _: rollout_record(Phase.ROLLING_BACK))
+    with pytest.raises(RolloutBusy, match="phase rolling_back"):
+        store.begin(rollout_record().model_copy(update={"run_key": "20261130T020000Z", "candidate_version": 3}))
+    assert not (tmp_path / "history").exists()  # archived only once finished

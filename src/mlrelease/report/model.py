@@ -154,7 +154,7 @@ class Marker:
     """A moment worth a vertical line on the timeline: a stage opened, a rollback, the promotion."""
 
     at: datetime
-    kind: str  # stage_opened | cohort_rolled_back | rolled_back | promoted | paused
+    kind: str  # stage_opened | cohort_rolled_back | rolling_back | rolled_back | promoted | paused
     label: str
 
 
@@ -235,7 +235,8 @@ class Rollout(Section):
 class Verdict:
     """The run's outcome in one line: kind (for styling and tests), headline and detail."""
 
-    kind: str  # promoted | rolled_back | cohort_rolled_back | stopped | bootstrap | paused | in_progress | not_run
+    # promoted | rolled_back | rolling_back | cohort_rolled_back | stopped | bootstrap | paused | in_progress | not_run
+    kind: str
     headline: str
     detail: str = ""
 
@@ -244,7 +245,7 @@ class Verdict:
         """good / bad / warn: the colour the page gives the verdict."""
         if self.kind in ("promoted", "bootstrap"):
             return "good"
-        if self.kind in ("rolled_back", "stopped", "not_run"):
+        if self.kind in ("rolled_back", "rolling_back", "stopped", "not_run"):
             return "bad"
         return "warn"
 

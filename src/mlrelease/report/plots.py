@@ -13,7 +13,13 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 PASS, FAIL, CANDIDATE, CHAMPION = "#2e7d32", "#c62828", "#1f77b4", "#ff7f0e"
-MARKER_COLOURS = {"rolled_back": FAIL, "cohort_rolled_back": "#ef6c00", "promoted": PASS, "paused": "#6a1b9a"}
+MARKER_COLOURS = {
+    "rolling_back": "#ef6c00",
+    "rolled_back": FAIL,
+    "cohort_rolled_back": "#ef6c00",
+    "promoted": PASS,
+    "paused": "#6a1b9a",
+}
 HOURS_METRICS = {"mae", "p90_abs_error"}  # holdout errors are in hours (the model predicts an ETA in hours)
 
 

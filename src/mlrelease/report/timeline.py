@@ -58,9 +58,11 @@ def shares_and_markers(
         elif event.kind == "cohort_rolled_back":
             current = {**current, **dict.fromkeys(d.get("cohorts") or [], 0.0)}
             markers.append(Marker(event.at, "cohort_rolled_back", f"rollback {', '.join(d.get('cohorts') or [])}"))
-        elif event.kind == "rolled_back":
+        elif event.kind == "rolled_back":  # routing confirmed on stable: only now the shares drop
             current = dict.fromkeys(cohorts, 0.0)
             markers.append(Marker(event.at, "rolled_back", "rollback (all)"))
+        elif event.kind == "rollback_requested" or (event.kind == "analysis" and d.get("action") == "rollback_all"):
+            markers.append(Marker(event.at, "rolling_back", "rollback decided"))
         elif event.kind == "promoted":
             current = dict.fromkeys(cohorts, 100.0)
             markers.append(Marker(event.at, "promoted", "promoted"))
@@ -185,7 +187,7 @@ def rollout_section(
         until = shares[-1].at + timedelta(seconds=1)
         served = served_shares(decisions_dir, record.candidate_version, record.started_at, until, cohorts)
         served_note = "" if served else f"no gateway decisions recorded in {decisions_dir} for this rollout's window"
-    failed = str(record.phase) == "rolled_back" or bool(record.excluded_cohorts)
+    failed = str(record.phase) in ("rolling_back", "rolled_back") or bool(record.excluded_cohorts)
     return Rollout(
         state=State.FAILED if failed else State.OK,
         note=record.reason,

@@ -23,7 +23,8 @@ def _stopped(outcomes: dict[str, dict[str, Any]], task: str) -> Verdict:
 
 
 def decide(outcomes: dict[str, dict[str, Any]], record: RolloutRecord | None) -> Verdict:
-    """promoted / rolled back (all or cohorts) / stopped at a gate / bootstrap / paused / in progress / not run."""
+    """promoted / rolled back (all or cohorts) / rolling back / stopped at a gate / bootstrap / paused / in progress
+    / not run."""
     if not outcomes:
         return Verdict("not_run", "Not run", "no step of this run recorded an outcome")
     for task in TASK_ORDER:
@@ -41,6 +42,9 @@ def _rollout_verdict(outcomes: dict[str, dict[str, Any]], record: RolloutRecord 
         return Verdict("promoted", "Promoted" + (f" ({', '.join(held)} held back)" if held else ""), detail)
     if _status(outcomes, "shadow") == "failed":
         return _stopped(outcomes, "shadow")
+    if record is not None and record.phase is Phase.ROLLING_BACK:  # decided, routing not confirmed (yet)
+        detail = f"routing may still send traffic to v{record.candidate_version}: {record.reason}"
+        return Verdict("rolling_back", "Rolling back (not confirmed)", detail)
     if _status(outcomes, "rollback") == "success" or (record is not None and record.phase is Phase.ROLLED_BACK):
         reason = (record.reason if record is not None else "") or _result(outcomes, "rollback").get("reason", "")
         return Verdict("rolled_back", "Rolled back (all cohorts)", str(reason))

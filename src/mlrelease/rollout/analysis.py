@@ -4,7 +4,8 @@ The control is stable's traffic *of the same cohort in the same window*: every j
 slice on stable while the stage runs (the plan refuses a stage without one), so no verdict compares the
 candidate with traffic from another hour or another load. A judged cohort `*` pools every cohort that is
 not rolled back. The gateway's fast guard (hard failures within seconds) turns into a fail on the cohorts
-whose calls failed.
+whose calls failed. A window that contains an outage of serving itself (`mlrelease.rollout.outage`) never
+passes: a fail still acts, everything else waits, and at the maximum exposure the stage pauses for a human.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from mlrelease.rollout.guardrails import (
     evaluate,
     resolve_inconclusive,
     result_dict,
+    withhold_pass,
     worst,
 )
 from mlrelease.rollout.metrics_source import MetricsSource
+from mlrelease.rollout.outage import Outage, find_outages
 from mlrelease.rollout.plan import Stage
 
 ALL = "*"
@@ -31,22 +34,30 @@ ALL = "*"
 
 @dataclass(frozen=True)
 class StageAnalysis:
-    """Per-cohort verdicts and every guardrail result behind them."""
+    """Per-cohort verdicts, every guardrail result behind them, and the outages that kept the window from passing."""
 
     verdicts: dict[str, Verdict]
     results: tuple[GuardrailResult, ...]
     samples: dict[str, dict[str, int]]
+    outages: tuple[Outage, ...] = ()
 
     def breaches(self) -> list[GuardrailResult]:
         """The failed results (what an alert quotes)."""
         return [r for r in self.results if r.verdict is Verdict.FAIL]
 
     def summary(self) -> str:
-        """One line per breach, or the verdicts when nothing failed."""
+        """One line per breach, or the verdicts when nothing failed (and why the window cannot pass)."""
         failed = self.breaches()
         if failed:
             return "; ".join(r.reason for r in failed)
-        return ", ".join(f"{c}: {v}" for c, v in sorted(self.verdicts.items()))
+        verdicts = ", ".join(f"{c}: {v}" for c, v in sorted(self.verdicts.items()))
+        return f"{verdicts}; {self.outage_note()}" if self.outages else verdicts
+
+    def outage_note(self) -> str:
+        """Why this window cannot pass ('' without an outage)."""
+        if not self.outages:
+            return ""
+        return f"the window contains an outage ({'; '.join(o.describe() for o in self.outages)}): no pass"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form for the rollout record and the step's result."""
@@ -54,6 +65,7 @@ class StageAnalysis:
             "verdicts": {c: str(v) for c, v in sorted(self.verdicts.items())},
             "samples": self.samples,
             "results": [result_dict(r) for r in self.results],
+            "outages": [o.as_dict() for o in self.outages],
         }
 
     def evidence(self) -> list[list[Any]]:
@@ -108,6 +120,7 @@ def analyze_stage(
     exposed_enough: bool = False,
     final: bool = False,
     tripped: str | None = None,
+    max_gap_s: float,
 ) -> StageAnalysis:
     """Judge the stage so far; `tripped` is the fast guard's reason, if any.
 
@@ -115,8 +128,11 @@ def analyze_stage(
     :param excluded: cohorts already rolled back to stable (not judged, not pooled).
     :param exposed_enough: the stage's minimum exposure is over (`accept` contracts resolve).
     :param final: the stage is at its maximum exposure (every open question resolves as the plan says).
+    :param max_gap_s: a silence without model calls longer than this is an outage (the plan's `max_gap_s`).
     """
     current = source.windows(opened_at, now)
+    outages = find_outages(source.timeline(opened_at, now), opened_at, now, max_gap_s)
+    why = f"the window contains an outage ({outages[0].describe()})" if outages else ""
     pool = open_cohorts(stage, cohorts, excluded)
     results: list[GuardrailResult] = []
     samples: dict[str, dict[str, int]] = {}
@@ -127,12 +143,16 @@ def analyze_stage(
             mine, control = _window(current, cohort, candidate, pool), _window(current, cohort, stable, pool)
             samples[cohort] = {"candidate": mine.requests, "stable": control.requests}
             result = evaluate(guardrail, cohort, mine, control)
-            results.append(resolve_inconclusive(result, guardrail, exposed_enough=exposed_enough, final=final))
+            if not outages:  # with an outage an open question is never resolved by `on_inconclusive`: it pauses
+                result = resolve_inconclusive(result, guardrail, exposed_enough=exposed_enough, final=final)
+            results.append(result)
     if tripped is not None:
         results.extend(_fast_guard(pool, current, candidate, tripped))
+    if outages:  # nothing but evidence of harm (a fail) stands in a window that contains an outage
+        results = [withhold_pass(r, why, final=final) for r in results]
     judged = sorted({r.cohort for r in results})
     verdicts = {c: worst(r.verdict for r in results if r.cohort == c) for c in judged}
-    return StageAnalysis(verdicts, tuple(results), samples)
+    return StageAnalysis(verdicts, tuple(results), samples, outages)
 
 
 def _fast_guard(

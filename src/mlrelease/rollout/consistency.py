@@ -54,7 +54,8 @@ def _record_problems(view: ServingView, routing: Routing, routed: list[int]) -> 
     """Where the rollout record (or, without one, the champion alias) and the routing tell different stories.
 
     Whatever the phase, one version must be routing's stable and the champion alias: the stable version
-    during a rollout and after a rollback, the candidate after a promotion.
+    during a rollout and after a rollback, the candidate after a promotion. A rollout rolling back is never
+    consistent: it is a decision that routing has not (or the record has not yet) confirmed.
     """
     record = view.record
     if record is None:
@@ -70,4 +71,14 @@ def _record_problems(view: ServingView, routing: Routing, routed: list[int]) -> 
         found.append(f"{story} means champion v{expected}, the champion alias is v{view.champion}")
     if record.phase is Phase.ROLLED_BACK and record.candidate_version in routed:
         found.append(f"{story} says rolled back, but routing still sends traffic to v{record.candidate_version}")
+    if record.phase is Phase.ROLLING_BACK:
+        # Decided, not confirmed: the expected moment between the decision and the routing write (or a routing
+        # that failed); `mlrelease step rollback` finishes it either way.
+        if record.candidate_version in routed:
+            found.append(f"rolling back: routing still sends traffic to v{record.candidate_version}")
+        else:
+            found.append(
+                f"rolling back: routing is on stable v{routing.stable_version}, but the rollback of "
+                f"v{record.candidate_version} is not recorded as finished"
+            )
     return found

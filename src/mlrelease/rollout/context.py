@@ -72,7 +72,7 @@ class RolloutContext:
         shares = candidate_percent(state, record.plan)
         if state.phase is Phase.PROMOTED:
             routing = Routing(stable_version=record.candidate_version)
-        elif state.phase is Phase.ROLLED_BACK:
+        elif state.phase in (Phase.ROLLING_BACK, Phase.ROLLED_BACK):
             routing = Routing(stable_version=record.stable_version)
         else:
             routing = Routing(record.stable_version, record.candidate_version, shares)

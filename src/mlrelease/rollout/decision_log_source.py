@@ -13,8 +13,10 @@ from mlrelease.gateway.decision_log import DecisionReader
 from mlrelease.model.estimator import LOW_CONFIDENCE
 from mlrelease.model.features import FEATURES
 from mlrelease.rollout.guardrails import CohortWindow
+from mlrelease.rollout.outage import CallTimeline
 
 HARD_ERRORS = ("error", "timeout", "out_of_range")
+SERVING_FAILURES = ("error", "timeout")  # the call itself failed (not the answer): serving, not the model
 ALL_COHORTS = "*"
 
 
@@ -51,6 +53,16 @@ class DecisionLogSource:
             groups[(record["cohort"], int(record["version"]))].append(record)
             groups[(ALL_COHORTS, int(record["version"]))].append(record)
         return {key: summarize(records) for key, records in groups.items()}
+
+    def timeline(self, since: datetime, until: datetime) -> CallTimeline:
+        """When calls happened in [since, until), and stable's failed calls (the decision log keeps every failure)."""
+        records = self._reader.read(since, until)
+        return CallTimeline(
+            calls=tuple(r["t"] for r in records),
+            stable_failures=tuple(
+                r["t"] for r in records if r.get("role") == "stable" and r["outcome"] in SERVING_FAILURES
+            ),
+        )
 
     def features(self, cohort: str, since: datetime, until: datetime) -> np.ndarray:
         """Encoded rows the cohort's calls carried (records written without features are skipped)."""

@@ -185,6 +185,16 @@ def resolve_inconclusive(
     return replace(result, verdict=ON_INCONCLUSIVE[guardrail.on_inconclusive], reason=result.reason + note)
 
 
+def withhold_pass(result: GuardrailResult, why: str, *, final: bool) -> GuardrailResult:
+    """No pass from a window that contains an outage (`why`): a pass or an open question continues, and at the
+    maximum exposure is inconclusive, which pauses whatever `on_inconclusive` says (`accept` would be a pass,
+    `rollback` a verdict on the fault, not on the candidate). A fail stands: evidence of harm acts at once."""
+    if result.verdict is Verdict.FAIL:
+        return result
+    verdict = Verdict.INCONCLUSIVE if final else Verdict.CONTINUE
+    return replace(result, verdict=verdict, reason=f"{result.reason}; {why} → {verdict}")
+
+
 def result_dict(result: GuardrailResult) -> dict[str, Any]:
     """JSON-friendly form of one result."""
     return {

@@ -4,6 +4,11 @@ The DAG (or an operator) calls `next_action(state, plan, …)` with the latest g
 the action (open a stage in the routing state, roll back, promote…), and stores `apply(state, action)`.
 Because the decision is pure and the state is stored after each step, a crashed task resumes from the
 stored state and a rerun of the same tick decides the same thing.
+
+A rollback of everything takes two ticks, so the record never runs ahead of routing: `ROLLBACK_ALL` stores
+the decision (phase ROLLING_BACK, with its reason; traffic may still reach the candidate), and from there
+every tick answers `COMPLETE_ROLLBACK` until the caller has routed everything to stable, read the routing
+back, and stored `apply(state, COMPLETE_ROLLBACK)` (phase ROLLED_BACK).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ class Phase(StrEnum):
 
     STAGE = "stage"
     PAUSED = "paused"
+    ROLLING_BACK = "rolling_back"  # decided; rolled back once routing is confirmed on stable
     PROMOTED = "promoted"
     ROLLED_BACK = "rolled_back"
 
@@ -34,6 +40,7 @@ class ActionKind(StrEnum):
     PROMOTE = "promote"
     ROLLBACK_COHORT = "rollback_cohort"
     ROLLBACK_ALL = "rollback_all"
+    COMPLETE_ROLLBACK = "complete_rollback"
     PAUSE = "pause"
     NONE = "none"
 
@@ -69,9 +76,10 @@ def next_action(
     A fail acts at once, whatever the exposure; a stage advances as soon as every judged cohort passed,
     but not before its minimum exposure; at its maximum exposure the analysis has already turned every
     open question into what the plan says (`on_inconclusive`), and an inconclusive verdict pauses.
+    A decided rollback is resumed by every tick until routing confirmed it.
     """
     if state.phase is not Phase.STAGE:
-        return Action(ActionKind.NONE, state.stage, reason=f"rollout is {state.phase}")
+        return _outside_a_stage(state)
     stage = plan.stages[state.stage]
     if state.stage_opened_at is None:
         return Action(ActionKind.OPEN_STAGE, state.stage, reason=f"open stage {stage.name}")
@@ -104,6 +112,13 @@ def next_action(
     return Action(ActionKind.ADVANCE, state.stage, reason=f"stage {stage.name} passed")
 
 
+def _outside_a_stage(state: RolloutState) -> Action:
+    """Rolling back: finish it (every tick resumes it until routing confirmed it); otherwise nothing to do."""
+    if state.phase is Phase.ROLLING_BACK:
+        return Action(ActionKind.COMPLETE_ROLLBACK, state.stage, reason=state.reason)
+    return Action(ActionKind.NONE, state.stage, reason=f"rollout is {state.phase}")
+
+
 def exposure(state: RolloutState, plan: RolloutPlan, profile: Profile, now: datetime) -> tuple[bool, bool]:
     """Whether the open stage is past its minimum exposure, and whether it reached its maximum."""
     if state.stage_opened_at is None or state.phase is not Phase.STAGE:
@@ -126,8 +141,18 @@ def _on_breach(state: RolloutState, plan: RolloutPlan, failed: tuple[str, ...]) 
 
 
 def apply(state: RolloutState, action: Action, plan: RolloutPlan, now: datetime) -> RolloutState:
-    """The state after `action` was carried out (pure; store the result, then the next tick reads it)."""
+    """The state after `action` was carried out (pure; store the result, then the next tick reads it).
+
+    `ROLLBACK_ALL` is stored before traffic moves (rolling back; a rollback already under way keeps its first
+    reason), `COMPLETE_ROLLBACK` only after routing was confirmed on stable.
+    """
     kind = action.kind
+    if kind is ActionKind.ROLLBACK_ALL:
+        if state.phase is Phase.ROLLING_BACK:
+            return state
+        return replace(state, phase=Phase.ROLLING_BACK, reason=action.reason)
+    if kind is ActionKind.COMPLETE_ROLLBACK:
+        return replace(state, phase=Phase.ROLLED_BACK) if state.phase is Phase.ROLLING_BACK else state
     if kind is ActionKind.OPEN_STAGE:
         return replace(state, stage_opened_at=now)
     if kind is ActionKind.ADVANCE:
@@ -137,11 +162,7 @@ def apply(state: RolloutState, action: Action, plan: RolloutPlan, now: datetime)
         if state.stage == len(plan.stages) - 1:  # promotion with a cohort held back needs a human decision
             return replace(state, excluded_cohorts=excluded, phase=Phase.PAUSED, reason=action.reason)
         return replace(state, excluded_cohorts=excluded, stage=state.stage + 1, stage_opened_at=None)
-    terminal = {
-        ActionKind.PROMOTE: Phase.PROMOTED,
-        ActionKind.ROLLBACK_ALL: Phase.ROLLED_BACK,
-        ActionKind.PAUSE: Phase.PAUSED,
-    }
+    terminal = {ActionKind.PROMOTE: Phase.PROMOTED, ActionKind.PAUSE: Phase.PAUSED}
     if kind in terminal:
         return replace(state, phase=terminal[kind], reason=action.reason)
     return state
@@ -149,7 +170,7 @@ def apply(state: RolloutState, action: Action, plan: RolloutPlan, now: datetime)
 
 def candidate_percent(state: RolloutState, plan: RolloutPlan) -> dict[str, float]:
     """The candidate's share per cohort that the current stage means, with rolled-back cohorts at 0."""
-    if state.phase in (Phase.ROLLED_BACK,):
+    if state.phase in (Phase.ROLLING_BACK, Phase.ROLLED_BACK):
         return {}
     if state.phase is Phase.PROMOTED:
         return {"*": 100.0}

@@ -10,16 +10,20 @@ import numpy as np
 
 from mlrelease.errors import StepError
 from mlrelease.rollout.guardrails import CohortWindow
+from mlrelease.rollout.outage import CallTimeline
 from mlrelease.settings import Settings
 
 
 class MetricsSource(Protocol):
-    """Per cohort × version traffic statistics over a time window, and the inputs a cohort saw."""
+    """Per cohort × version traffic statistics over a time window, when calls happened, and the inputs a cohort saw."""
 
     location: str
 
     def windows(self, since: datetime, until: datetime) -> dict[tuple[str, int], CohortWindow]:
         """Each (cohort, version) that served model calls in [since, until), summarised; cohort "*" is all of them."""
+
+    def timeline(self, since: datetime, until: datetime) -> CallTimeline:
+        """When model calls happened in [since, until), and when stable's calls failed (errors, timeouts)."""
 
     def features(self, cohort: str, since: datetime, until: datetime) -> np.ndarray:
         """The encoded feature rows of the cohort's model calls in [since, until) (rows × features)."""

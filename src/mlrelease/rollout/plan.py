@@ -192,6 +192,10 @@ class RolloutPlan(StrictModel):
         default_factory=lambda: {"production": 86400.0, "demo": 10.0},  # type: ignore[arg-type]
         description="how long the previous champion stays loaded after a promotion, for instant rollback",
     )
+    max_gap_s: dict[Profile, float] = Field(
+        default_factory=lambda: {"production": 30.0, "demo": 5.0},  # type: ignore[arg-type]
+        description="a stage window with no model call for longer than this contains an outage: it cannot pass",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -206,6 +210,8 @@ class RolloutPlan(StrictModel):
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be unique, got {names}")
+        if set(self.max_gap_s) != {"production", "demo"} or min(self.max_gap_s.values()) <= 0:
+            raise ValueError("max_gap_s needs positive 'production' and 'demo' seconds")
         return self
 
     def check_cohorts(self, known: tuple[str, ...]) -> None:

@@ -22,7 +22,8 @@ from mlrelease.settings import Settings
 from mlrelease.storage import file_lock, write_text_atomic
 from mlrelease.yamlconfig import validation_problems
 
-ACTIVE = (Phase.STAGE, Phase.PAUSED)  # a rollout in these phases still has (or may get) candidate traffic
+# A rollout in these phases still has (or may get) candidate traffic: rolling back too, until routing confirmed it.
+ACTIVE = (Phase.STAGE, Phase.PAUSED, Phase.ROLLING_BACK)
 
 
 class RolloutBusy(StepError):
@@ -63,7 +64,7 @@ class RolloutRecord(BaseModel):
 
     @property
     def active(self) -> bool:
-        """Whether the rollout is still in progress or paused."""
+        """Whether the rollout is still in progress, paused or rolling back (not finished: one at a time)."""
         return self.phase in ACTIVE
 
     def state(self) -> RolloutState:

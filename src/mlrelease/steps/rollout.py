@@ -2,7 +2,9 @@
 
 Every step reads the durable rollout record, decides with the pure state machine, moves traffic first,
 then stores the new state. A step that crashed is rerun from the stored state; a rerun of a step that
-finished returns what it did before.
+finished returns what it did before. A rollback of everything is the one decision stored before traffic
+moves, as `rolling_back` (so no stage opens and no promotion happens meanwhile); it becomes `rolled_back`
+only once routing reads back with nothing on the candidate, and any later `rollback` or `analyze` finishes it.
 """
 
 from __future__ import annotations
@@ -85,6 +87,11 @@ def _check_position(record: RolloutRecord, stage: int) -> None:
         raise StepError(f"--stage {stage + 1} is not in the plan (it has {len(record.plan.stages)} stages)")
     if record.phase is Phase.ROLLED_BACK:
         raise GateFailed(f"the rollout of v{record.candidate_version} was rolled back: {record.reason}")
+    if record.phase is Phase.ROLLING_BACK:
+        raise GateFailed(
+            f"the rollout of v{record.candidate_version} is being rolled back ({record.reason}); routing has not "
+            "confirmed it yet: `mlrelease step rollback` finishes it"
+        )
     if record.phase is Phase.PAUSED:
         raise Skipped(f"the rollout of v{record.candidate_version} is paused for a human: {record.reason}")
     if record.stage < stage:
@@ -170,6 +177,7 @@ def _tick(ctx: RolloutContext, record: RolloutRecord, stage: int) -> tuple[Actio
         exposed_enough=exposed_enough,
         final=final,
         tripped=tripped,
+        max_gap_s=record.plan.max_gap_s[record.profile],
     )
     ctx.store.append_evidence(
         record,
@@ -178,9 +186,13 @@ def _tick(ctx: RolloutContext, record: RolloutRecord, stage: int) -> tuple[Actio
             "stage": stage,
             "elapsed_s": round((now - record.stage_opened_at).total_seconds(), 3),
             "results": analysis.evidence(),
+            "outages": [o.as_dict() for o in analysis.outages],
         },
     )
-    return next_action(record.state(), record.plan, record.profile, now, analysis.verdicts), analysis, now
+    action = next_action(record.state(), record.plan, record.profile, now, analysis.verdicts)
+    if analysis.outages and action.kind in (ActionKind.WAIT, ActionKind.PAUSE):  # say why the stage did not pass
+        action = replace(action, reason=f"{action.reason}; {analysis.outage_note()}")
+    return action, analysis, now
 
 
 def analyze(
@@ -197,6 +209,9 @@ def analyze(
     done = [e for e in record.history if e.kind == "analysis" and e.stage == stage]
     if done and (record.stage > stage or record.phase is Phase.PROMOTED or done[-1].detail["action"] == "promote"):
         return {**_stage_result(record, stage), **done[-1].detail, "status": "already analysed", "decided": True}
+    if record.phase is Phase.ROLLING_BACK:  # decided by an earlier tick (or a person), routing not confirmed
+        record = _finish_rollback(ctx, record)[0]
+        raise GateFailed(f"rolled back v{version} to v{record.stable_version}: {record.reason}")
     _check_position(record, stage)
     if record.stage_opened_at is None:
         raise StepError(f"stage {stage + 1} was never opened: run rollout-stage --stage {stage + 1} first")
@@ -227,7 +242,7 @@ def _act(
     analysis: StageAnalysis,
     now: datetime,
 ) -> dict[str, Any]:
-    """Carry out a decided tick: traffic first, then the record."""
+    """Carry out a decided tick: traffic first, then the record (a full rollback: the decision, traffic, the record)."""
     version = record.candidate_version
     detail = {
         "action": str(action.kind),
@@ -235,12 +250,17 @@ def _act(
         "cohorts": list(action.cohorts),
         "decided_at": iso(now),
     }
-    record = ctx.record_update(record, record.with_event("analysis", now, stage, **detail, **analysis.as_dict()))
-    result = {**_stage_result(record, stage), **detail, **analysis.as_dict()}
+    analysed = record.with_event("analysis", now, stage, **detail, **analysis.as_dict())
     kind = action.kind
     if kind is ActionKind.ROLLBACK_ALL:
-        rollback_all(ctx, record, f"{action.reason}: {analysis.summary()}")
+        # The decision is stored first, as rolling back with the verdict's reason: traffic may still reach the
+        # candidate, and the record says so until routing confirms stable (a failed routing leaves it there).
+        decided = replace(action, reason=f"{action.reason}: {analysis.summary()}")
+        record = ctx.record_update(record, analysed.with_state(apply(record.state(), decided, record.plan, now), now))
+        _finish_rollback(ctx, record)
         raise GateFailed(f"rolled back v{version} to v{record.stable_version}: {analysis.summary()}")
+    record = ctx.record_update(record, analysed)
+    result = {**_stage_result(record, stage), **detail, **analysis.as_dict()}
     if kind is ActionKind.PROMOTE:
         return {**result, "status": "every stage passed: ready to promote"}
     state = apply(record.state(), action, record.plan, now)
@@ -281,23 +301,64 @@ def _diagnose_all(
 
 
 def rollback_all(ctx: RolloutContext, record: RolloutRecord, reason: str) -> dict[str, Any]:
-    """Every cohort back on stable in one write, the rollout marked rolled back, then the candidate cleaned up."""
+    """Every cohort back on stable: the request stored (rolling back), traffic moved and confirmed, the record
+    rolled back, then the candidate cleaned up. A rollback already under way keeps its first reason; `reason`
+    is appended to the history (a `rollback_requested` event), never overwriting it."""
+    if record.active:
+        record = _request_rollback(ctx, record, reason)
+    return _finish_rollback(ctx, record)[1]
+
+
+def _request_rollback(ctx: RolloutContext, record: RolloutRecord, reason: str) -> RolloutRecord:
+    """Store a rollback of everything as decided (before any traffic moves), or append `reason` to one under way."""
     now = now_utc()
-    state = record.state()
-    if record.active:
-        state = replace(state, phase=Phase.ROLLED_BACK, reason=reason)
-    ctx.route(record, state, reason, clear_trips=True)
-    if record.active:
-        record = ctx.record_update(
-            record, record.with_state(state, now).with_event("rolled_back", now, record.stage, reason=reason)
-        )
-    cleanup = ctx.retire_candidate(record, record.reason or reason)
-    return {
+    requested = record.with_event("rollback_requested", now, record.stage, reason=reason)
+    decided = apply(record.state(), Action(ActionKind.ROLLBACK_ALL, record.stage, reason=reason), record.plan, now)
+    return ctx.record_update(record, requested.with_state(decided, now))
+
+
+def _finish_rollback(ctx: RolloutContext, record: RolloutRecord) -> tuple[RolloutRecord, dict[str, Any]]:
+    """Complete a decided rollback (a rerun after it routes to stable again), then clean the candidate up."""
+    if record.phase is Phase.ROLLING_BACK:
+        record = _complete_rollback(ctx, record)
+    else:  # rolled back already: the routing write is idempotent, and the cleanup may not have finished
+        ctx.route(record, record.state(), record.reason, clear_trips=True)
+    cleanup = ctx.retire_candidate(record, record.reason)
+    return record, {
         "model_version": record.candidate_version,
         "stable_version": record.stable_version,
         "reason": record.reason,
         **cleanup,
     }
+
+
+def _complete_rollback(ctx: RolloutContext, record: RolloutRecord) -> RolloutRecord:
+    """Route everything to stable, read the routing back, and only then store the rollout as rolled back.
+
+    Any failure (stable cannot be loaded, the routing store is down, the read-back still shows the candidate)
+    leaves the record rolling back, with its reason; the next `rollback` or `analyze` tries again.
+    """
+    action = next_action(record.state(), record.plan, record.profile, now_utc(), None)
+    assert action.kind is ActionKind.COMPLETE_ROLLBACK, action
+    stays = f"the rollout of v{record.candidate_version} stays rolling back ({record.reason})"
+    try:
+        ctx.route(record, record.state(), record.reason, clear_trips=True)
+        routing = ctx.router.current()
+    except StepError as exc:
+        raise StepError(f"{exc}; {stays}: rerun `mlrelease step rollback` to finish it") from exc
+    if routing is None or routing.stable_version != record.stable_version:
+        found = "no routing" if routing is None else f"stable v{routing.stable_version}"
+        raise StepError(f"routing did not confirm the rollback to v{record.stable_version} (it reads {found}); {stays}")
+    if record.candidate_version in routing.serving_versions():
+        raise StepError(f"routing still sends traffic to v{record.candidate_version} after the rollback write; {stays}")
+    now = now_utc()
+    rolled_back = record.with_state(apply(record.state(), action, record.plan, now), now)
+    return ctx.record_update(
+        record,
+        rolled_back.with_event(
+            "rolled_back", now, record.stage, reason=record.reason, routing_revision=routing.revision
+        ),
+    )
 
 
 def rollback(settings: Settings, run_key: str | None, *, cohort: str | None = None, reason: str) -> dict[str, Any]:
@@ -309,17 +370,16 @@ def rollback(settings: Settings, run_key: str | None, *, cohort: str | None = No
     if record.phase is Phase.PROMOTED:
         raise Skipped(f"nothing to roll back: v{record.candidate_version} was promoted (use --to-version)")
     if cohort is None:
-        verdict = _pending_rollback(record)
-        if verdict is not None:
-            # The analysis decided this rollback and its routing did not complete (e.g. Triton was down): the
-            # verdict's reason stays the reason; who retried it is appended to the history, never overwriting.
-            record = ctx.record_update(
-                record, record.with_event("rollback_requested", now_utc(), record.stage, reason=reason)
-            )
-            reason = verdict
+        # A rollback already decided (by the analysis, or an earlier request whose routing failed) keeps its
+        # reason; this request's reason is appended to the history.
         return {"status": "rolled back", **rollback_all(ctx, record, reason)}
     if cohort not in ctx.cohorts:
         raise StepError(f"--cohort {cohort!r} is not a gateway cohort; cohorts are {list(ctx.cohorts)}")
+    if record.phase is Phase.ROLLING_BACK:
+        raise StepError(
+            f"v{record.candidate_version} is being rolled back entirely ({record.reason}): "
+            "`mlrelease step rollback` without --cohort finishes it"
+        )
     if not record.active:
         raise Skipped(f"nothing to roll back: the rollout is {record.phase}")
     now = now_utc()
@@ -332,14 +392,6 @@ def rollback(settings: Settings, run_key: str | None, *, cohort: str | None = No
         ),
     )
     return {"status": f"{cohort} rolled back", "candidate_percent": routing.candidate_percent}
-
-
-def _pending_rollback(record: RolloutRecord) -> str | None:
-    """The reason of an analysis that decided to roll everything back while the rollout is still active."""
-    if not record.active:
-        return None
-    decided = [e for e in record.history if e.kind == "analysis" and e.detail.get("action") == "rollback_all"]
-    return str(decided[-1].detail["reason"]) if decided else None
 
 
 def rollback_to(settings: Settings, target: int, *, reason: str) -> dict[str, Any]:
@@ -379,13 +431,14 @@ def promote(
     record = ctx.owned(run_key, version)
     if record.phase is Phase.PROMOTED:
         return {"status": "already promoted", "model_version": version, "previous_version": record.stable_version}
+    if record.phase in (Phase.ROLLING_BACK, Phase.ROLLED_BACK):
+        was = "is being" if record.phase is Phase.ROLLING_BACK else "was"
+        raise GateFailed(f"v{version} {was} rolled back ({record.reason}); it cannot be promoted")
     overridden = _gates(ctx, version, "promote", override_gates)
     if overridden is not None:
         record = ctx.record_update(record, record.with_event("gates_overridden", now_utc(), record.stage, **overridden))
     last = len(record.plan.stages) - 1
     passed = [e for e in record.history if e.kind == "analysis" and e.stage == last and e.detail["action"] == "promote"]
-    if record.phase is Phase.ROLLED_BACK:
-        raise GateFailed(f"v{version} was rolled back ({record.reason}); it cannot be promoted")
     if not passed and not (by_hand and record.phase is Phase.PAUSED):
         raise StepError(f"v{version} has not passed the last stage's analysis: refusing to promote an unchecked model")
     now = now_utc()
@@ -459,9 +512,13 @@ def status(settings: Settings) -> dict[str, Any]:
         record, routing, ctx.registry.alias_version(CHAMPION), ctx.registry.alias_version(CHALLENGER), declared, loaded
     )
     problems = disagreements(view)
+    pending = None
+    if record is not None and record.phase is Phase.ROLLING_BACK:
+        pending = f"rollback of v{record.candidate_version} not confirmed yet: `mlrelease step rollback` finishes it"
     return {
         "consistent": not problems,
         "disagreements": problems,
+        "pending": pending,
         "rollout": record.model_dump(mode="json") if record else None,
         "routing": routing.__dict__ if routing else None,
         "aliases": {CHAMPION: view.champion, CHALLENGER: view.challenger},
