@@ -7,8 +7,10 @@ from datetime import datetime, timedelta
 
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
-from airflow.sdk import DAG, CronDataIntervalTimetable, Param, TriggerRule, chain
+from airflow.sdk import DAG, CronDataIntervalTimetable, TriggerRule, chain
 
+from mlrelease.stepdefs import NIGHTLY_PARAMS
+from mlrelease_airflow.catalog import dag_params, params_table
 from mlrelease_airflow.factory import step_operator
 from mlrelease_airflow.notifiers import release_alerts
 
@@ -57,18 +59,9 @@ process running the same command. Failures alert through the `mlrelease_alerts` 
 (or `MLRELEASE_ALERT_WEBHOOK`).
 
 #### Parameters (manual trigger form)
-| name | meaning |
-|---|---|
-| `materialize_overlap_hours` | hours before the interval start to re-materialize, for late-arriving rows |
-| `reference_days` | days of history the data gates derive their bounds and drift reference from; 0 turns those off |
-| `psi_threshold` | largest Population Stability Index accepted for a key feature |
-| `training_days` | days of labelled orders before the interval end to train on |
-| `mae_tolerance` | how much worse than the champion's holdout MAE a candidate may be (0.05 = 5 %) |
-| `max_p99_ratio` | largest challenger/champion p99 latency ratio accepted |
-| `min_throughput_ratio` | smallest challenger/champion throughput ratio accepted |
-| `rollout_profile` | `production` stage durations (1 h, 1 h, 24 h) or `demo` (seconds) |
-| `rollout_plan` | the rollout plan YAML, relative to the repository (stages, guardrails, breach actions) |
 """
+DOC += params_table(NIGHTLY_PARAMS)  # declared once, with the steps' arguments (mlrelease.stepdefs)
+
 # Stages wired below; the plan YAML must have exactly this many (the rollout step checks).
 ROLLOUT_STAGES = 3
 
@@ -87,45 +80,8 @@ with DAG(
         "retry_delay": timedelta(minutes=5),
         "on_failure_callback": release_alerts("task_failed"),
     },
-    params={
-        "materialize_overlap_hours": Param(
-            2, type="number", minimum=0, maximum=48, description="Re-materialize this many hours before the interval."
-        ),
-        "reference_days": Param(
-            7,
-            type="integer",
-            minimum=0,
-            maximum=60,
-            description="Days of history to compare drift against (0 disables drift).",
-        ),
-        "training_days": Param(7, type="integer", minimum=1, maximum=90, description="Days of orders to train on."),
-        "mae_tolerance": Param(
-            0.05, type="number", minimum=0, maximum=1, description="Allowed holdout MAE excess over the champion."
-        ),
-        "max_p99_ratio": Param(1.10, type="number", minimum=1, description="Largest accepted p99 latency ratio."),
-        "min_throughput_ratio": Param(
-            0.90, type="number", exclusiveMinimum=0, maximum=1, description="Smallest accepted throughput ratio."
-        ),
-        "rollout_profile": Param(
-            "production",
-            type="string",
-            enum=["production", "demo"],
-            description="Stage durations: production (hours) or demo (seconds).",
-        ),
-        "rollout_plan": Param(
-            "config/rollout_plan.yaml",
-            type="string",
-            minLength=1,
-            description="Rollout plan YAML, relative to the repository root.",
-        ),
-        "psi_threshold": Param(
-            0.25,
-            type="number",
-            exclusiveMinimum=0,
-            maximum=5,
-            description="Largest accepted Population Stability Index per key feature.",
-        ),
-    },
+    # Defaults, types, bounds and descriptions come from the steps' declarations (mlrelease.stepdefs).
+    params=dag_params(NIGHTLY_PARAMS),
 ) as dag:
     paused_alert = release_alerts("task_skipped")
     chain(

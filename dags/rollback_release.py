@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
+from mlrelease.stepdefs import RELEASE_CONTROL_PARAMS
+from mlrelease_airflow.catalog import dag_params
 from mlrelease_airflow.factory import step_operator
 from mlrelease_airflow.notifiers import release_alerts
 
@@ -34,21 +36,6 @@ with DAG(
     doc_md=DOC,
     tags=["mlrelease", "release", "manual"],
     default_args={"owner": "ml-platform", "retries": 0, "on_failure_callback": release_alerts("task_failed")},
-    params={
-        "model": Param("parcel_eta", type="string", enum=["parcel_eta"], description="Registered model."),
-        "action": Param(
-            "rollback_to_version",
-            type="string",
-            enum=["rollback_to_version", "abort_rollout", "promote_paused"],
-            description="What to do.",
-        ),
-        "target_version": Param(
-            None,
-            type=["null", "integer"],
-            minimum=1,
-            description="For rollback_to_version: the model version to serve and make champion.",
-        ),
-        "reason": Param("manual rollback from the Airflow UI", type="string", minLength=3, description="Recorded."),
-    },
+    params=dag_params(RELEASE_CONTROL_PARAMS),  # the form: declared with manual-release's arguments
 ) as dag:
     step_operator("manual-release")

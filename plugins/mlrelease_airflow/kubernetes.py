@@ -5,11 +5,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from mlrelease.exit_codes import EXIT_GATE_FAILED, EXIT_SKIPPED
 from mlrelease_airflow.pod_spec import CONFIG_MOUNT, STATE_MOUNT, XCOM_PATH, ClusterSettings, StepPod
 from mlrelease_airflow.ticks import defer_until_next_check
-
-EXIT_GATE_FAILED = 3  # mlrelease.cli: a gate decided against the data or the model
-EXIT_SKIPPED = 4  # mlrelease.cli: nothing to do; KPO's skip_on_exit_code turns it into a skipped task
 
 
 def base_exit_code(remote_pod: Any, container: str) -> int | None:
@@ -85,8 +83,9 @@ def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSetting
         cmds=pod.cmds,
         arguments=list(pod.args),
         # HOME on the writable /tmp volume: Feast and GX write small caches there under a read-only root.
+        # pod.env_vars carries the task's identity (templated): the step records its outcome on the state volume.
         env_vars={
-            **dict(pod.env),
+            **pod.env_vars,
             "MLRELEASE_HOME": STATE_MOUNT,
             "MLRELEASE_XCOM_PATH": XCOM_PATH,
             "HOME": "/tmp",

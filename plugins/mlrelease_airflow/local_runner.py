@@ -1,4 +1,8 @@
-"""Run a step's pod spec as a local process: same command, args and env, same XCom JSON contract."""
+"""Run a step's pod spec as a local process: same command, args and env, same XCom JSON contract.
+
+The step records its own outcome (mlrelease.outcome), as it does in a pod; this runner records one only for a try
+the step could not record: it never reached its main (no entrypoint, a usage error) or was killed.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +19,11 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from mlrelease.exit_codes import EXIT_NOT_STARTED, EXIT_OK, EXIT_SKIPPED, STATUS_FAILED, retryable
+from mlrelease.outcome import RECORDED_BY_RUNNER, StepRun
 from mlrelease.settings import Settings
-from mlrelease.storage import write_json_atomic
-from mlrelease.timewindow import run_key
 from mlrelease_airflow.pod_spec import StepPod
 from mlrelease_airflow.ticks import defer_until_next_check
-
-EXIT_GATE_FAILED = 3  # mlrelease.cli: a gate decided against the data or the model
-EXIT_SKIPPED = 4  # mlrelease.cli: nothing to do (first release, a paused rollout): skip this task and downstream
 
 
 def resolve_entrypoint(command: str) -> str:
@@ -49,19 +50,11 @@ class LocalStepOperator(BaseOperator):
         super().__init__(**kwargs)
         self.pod = pod
         self.arguments: list[str] = list(pod.args)
-        self.env_vars: dict[str, str] = dict(pod.env)
+        self.env_vars: dict[str, str] = pod.env_vars  # with the task's identity: the step records its outcome
 
     def execute(self, context: Any) -> Any:
-        """Run the step; fail with its one-line error; return (and record) its JSON result."""
-        try:
-            result = self._run(context)
-        except AirflowSkipException as exc:
-            self._record(context, {"status": "skipped", "reason": str(exc)})
-            raise
-        except AirflowException as exc:
-            self._record(context, {"status": "failed", "error": str(exc)})
-            raise
-        self._record(context, {"status": "success", "result": result})
+        """Run the step; fail with its one-line error; return its JSON result."""
+        result = self._run()
         defer_until_next_check(self, result)
         return result
 
@@ -69,39 +62,55 @@ class LocalStepOperator(BaseOperator):
         """Resume after a deferral: run the (tick) step again."""
         return self.execute(context)
 
-    def _run(self, context: Any) -> Any:
+    def _run(self) -> Any:
         cmds = self.pod.cmds
-        argv = [resolve_entrypoint(cmds[0]), *cmds[1:], *[str(a) for a in self.arguments]]
         with tempfile.TemporaryDirectory(prefix="mlrelease-xcom-") as tmp:
             xcom_path = Path(tmp) / "return.json"
             env = {**os.environ, **self.env_vars, "MLRELEASE_XCOM_PATH": str(xcom_path)}
+            try:
+                argv = [resolve_entrypoint(cmds[0]), *cmds[1:], *[str(a) for a in self.arguments]]
+            except AirflowException as exc:
+                self._record_failure(EXIT_NOT_STARTED, str(exc))
+                raise
             self.log.info("running %s", " ".join(argv))
             proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
             if proc.stdout:
                 self.log.info("%s", proc.stdout.rstrip())
-            if proc.returncode != 0:
+            if proc.returncode != EXIT_OK:
                 if proc.stderr:
                     self.log.error("%s", proc.stderr.rstrip())
                 error = _error_line(proc.stderr) or f"step {self.pod.step} exited {proc.returncode}"
                 if proc.returncode == EXIT_SKIPPED:
                     raise AirflowSkipException(error)
+                self._record_failure(proc.returncode, error)
                 # A gate's verdict (exit 3) would be the same on every try: fail without retrying.
-                raise (AirflowFailException if proc.returncode == EXIT_GATE_FAILED else AirflowException)(error)
+                raise (AirflowException if retryable(proc.returncode) else AirflowFailException)(error)
             if proc.stderr:
                 self.log.info("%s", proc.stderr.rstrip())
             try:
                 return json.loads(xcom_path.read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
-                raise AirflowException(f"step {self.pod.step} succeeded but its result is unreadable: {exc}") from None
+                error = f"step {self.pod.step} succeeded but its result is unreadable: {exc}"
+                self._record_failure(proc.returncode, error, over_the_steps=True)
+                raise AirflowException(error) from None
 
-    def _record(self, context: Any, outcome: dict[str, Any]) -> None:
-        """Keep the step outcome under the run's artifact folder, for `mlrelease summary`."""
-        end = context.get("data_interval_end")
-        if end is None:
-            return
-        path = Settings.from_env().artifacts_dir / run_key(end) / "steps" / f"{self.task_id}.json"
-        run_id = context.get("run_id")
-        write_json_atomic(path, {"task_id": self.task_id, "step": self.pod.step, "run_id": run_id, **outcome})
+    def _record_failure(self, code: int, error: str, *, over_the_steps: bool = False) -> None:
+        """Record a failed try that the step left no record of (it never reached its main, or was killed).
+
+        The step is the one writer of its outcome; the runner adds one only where the step could not, or, with
+        `over_the_steps`, where the task fails although the step recorded a success (its result was unreadable).
+        """
+        try:
+            step_run = StepRun.from_env(self.env_vars)  # the identity the step was given
+            if step_run is None:
+                return
+            settings = Settings.from_env()
+            if not over_the_steps and step_run.recorded(settings) is not None:
+                return
+            outcome = {"status": STATUS_FAILED, "error": error}
+            step_run.record(settings, self.pod.step, outcome, exit_code=code, by=RECORDED_BY_RUNNER)
+        except (OSError, ValueError) as exc:
+            self.log.warning("outcome of %s not recorded: %s", self.task_id, exc)
 
 
 def _error_line(stderr: str) -> str:

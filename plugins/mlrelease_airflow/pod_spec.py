@@ -8,6 +8,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from mlrelease.outcome import INTERVAL_END_ENV, RUN_ID_ENV, TASK_ID_ENV, TRY_NUMBER_ENV
+from mlrelease.stepdefs import Resources, StepDef
+
+__all__ = ["OUTCOME_ENV", "ClusterSettings", "Resources", "StepPod"]
+
 STATE_MOUNT = "/var/lib/mlrelease"
 # The gateway ConfigMap (deploy/): steps read the same routing store, cohorts and, in httproute mode, route.
 CONFIG_MOUNT = "/etc/mlrelease/gateway"
@@ -15,17 +20,18 @@ XCOM_PATH = "/airflow/xcom/return.json"
 # Step-specific images, overridable by the named variable. The perf image is built FROM the Triton SDK
 # image (nvcr.io/nvidia/tritonserver:<release>-py3-sdk, which ships perf_analyzer) plus the mlrelease package.
 DEFAULT_IMAGES = {"MLRELEASE_K8S_PERF_IMAGE": "ghcr.io/mlrelease/perf:0.1.0"}
-
-
-@dataclass(frozen=True)
-class Resources:
-    """CPU and memory requests/limits in Kubernetes quantity notation, plus GPUs."""
-
-    cpu: str = "500m"
-    memory: str = "1Gi"
-    cpu_limit: str = "2"
-    memory_limit: str = "2Gi"
-    gpus: int = 0
+# Which task instance a step process is (mlrelease.outcome.StepRun), rendered by Airflow per task try like the
+# arguments: with it the step records its own outcome under the run's artifacts, whichever runner started it.
+# A run without a data interval (a manual run without a logical date) passes an empty end: nothing is recorded.
+OUTCOME_ENV: tuple[tuple[str, str], ...] = (
+    (TASK_ID_ENV, "{{ ti.task_id }}"),
+    (RUN_ID_ENV, "{{ run_id }}"),
+    (TRY_NUMBER_ENV, "{{ ti.try_number }}"),
+    (
+        INTERVAL_END_ENV,
+        "{{ data_interval_end.isoformat() if data_interval_end is defined and data_interval_end else '' }}",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,22 @@ class StepPod:
     resources: Resources = field(default_factory=Resources)
     image_env: str | None = None  # variable naming a step-specific image (else the cluster's step image)
     routes_traffic: bool = False  # reads or moves the rollout's routing (the HTTPRoute router needs the API)
+
+    @classmethod
+    def of(cls, step: StepDef) -> StepPod:
+        """The pod of a declared step, with the arguments a DAG task passes (Jinja templates)."""
+        return cls(
+            step.name,
+            args=step.dag_args(),
+            resources=step.resources,
+            image_env=step.image_env,
+            routes_traffic=step.routes_traffic,
+        )
+
+    @property
+    def env_vars(self) -> dict[str, str]:
+        """The container's templated environment on either runner: the outcome identity, then the step's own."""
+        return {**dict(OUTCOME_ENV), **dict(self.env)}
 
     @property
     def cmds(self) -> list[str]:

@@ -1,6 +1,8 @@
 """The `mlrelease` command line: data generation, pipeline steps, pod rendering.
 
-Heavy libraries are imported inside each command so `mlrelease --help` stays instant.
+The `step` commands' arguments are declared in `mlrelease.stepdefs` (one declaration, shared with the operator
+catalogue and the DAG params); this module adds one handler per step. Heavy libraries are imported inside each
+command so `mlrelease --help` stays instant.
 """
 
 from __future__ import annotations
@@ -15,13 +17,23 @@ from typing import Any
 
 from mlrelease.deploy.cli import register as add_deploy_commands
 from mlrelease.errors import GateFailed, Skipped, StepError
+from mlrelease.exit_codes import (  # the CLI's contract, importable from here too
+    EXIT_CRASH,
+    EXIT_GATE_FAILED,
+    EXIT_OK,
+    EXIT_SKIPPED,
+    EXIT_STEP_ERROR,
+    STATUS_FAILED,
+    STATUS_SKIPPED,
+    STATUS_SUCCESS,
+)
 from mlrelease.gateway.cli import add_commands as add_gateway_commands
+from mlrelease.outcome import StepRun
 from mlrelease.settings import Settings
+from mlrelease.stepdefs import STEPS, StepDef
 from mlrelease.timewindow import Window, parse_date, parse_timestamp
 
-EXIT_STEP_ERROR = 2  # something to fix or retry
-EXIT_GATE_FAILED = 3  # a gate's verdict: retrying the same inputs gives the same answer
-EXIT_SKIPPED = 4  # nothing to do (bootstrap, a paused rollout): the task ends as skipped, downstream too
+Handler = Callable[[argparse.Namespace, Settings], dict[str, Any]]
 
 
 def _cmd_generate(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -188,10 +200,6 @@ def _step_promote(args: argparse.Namespace, settings: Settings) -> dict[str, Any
     )
 
 
-OVERRIDE_HELP = "route a version whose export/validation/benchmark/shadow gate failed or never ran (recorded, alerted)"
-MANUAL_ACTIONS = ("rollback_to_version", "abort_rollout", "promote_paused")
-
-
 def _step_manual_release(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.registry import MODEL_NAME
     from mlrelease.steps.rollout import promote_paused, rollback, rollback_to
@@ -241,62 +249,6 @@ def _cmd_rollout_status(args: argparse.Namespace, settings: Settings) -> dict[st
     return status(settings)
 
 
-def _add_rollout_steps(steps: Any) -> None:
-    """The rollout steps: shadow, rollout-stage, analyze, promote, rollback, retire, diagnose."""
-
-    def release(name: str, text: str, handler: Any) -> argparse.ArgumentParser:
-        sp = steps.add_parser(name, help=text)
-        sp.add_argument("--model-version", required=True)
-        sp.add_argument("--end", required=True, help="the run's data interval end, ISO-8601 (keys the rollout)")
-        sp.set_defaults(handler=handler)
-        return sp
-
-    sh = release(
-        "shadow", "replay the interval's orders through candidate and stable; gate on the differences", _step_shadow
-    )
-    sh.add_argument("--plan", default="", help="rollout plan YAML (default config/rollout_plan.yaml)")
-    st = release(
-        "rollout-stage", "open one stage of the rollout (route its cohorts to the candidate)", _step_rollout_stage
-    )
-    st.add_argument("--stage", type=int, required=True, help="stage number, from 1")
-    st.add_argument("--profile", choices=["production", "demo"], default="production")
-    st.add_argument("--wired-stages", type=int, default=None, help="stages the DAG wires; the plan must match")
-    st.add_argument("--plan", default="", help="rollout plan YAML (default config/rollout_plan.yaml)")
-    st.add_argument("--override-gates", default="", metavar="REASON", help=OVERRIDE_HELP)
-    an = release("analyze", "judge one stage's guardrails and act (advance, roll back, pause)", _step_analyze)
-    an.add_argument("--stage", type=int, required=True, help="stage number, from 1")
-    an.add_argument(
-        "--tick", action="store_true", help="look once: exit 0 with decided=false and next_check_at if undecided"
-    )
-    an.add_argument(
-        "--poll-s", type=float, default=None, help="without --tick: seconds between looks (default: the stage's)"
-    )
-    pr = release("promote", "make the candidate champion once every stage passed", _step_promote)
-    pr.add_argument("--override-gates", default="", metavar="REASON", help=OVERRIDE_HELP)
-    release("retire", "unload the previous champion after the keep window", _step_retire)
-    hand = steps.add_parser("manual-release", help="a human's rollback to a version, abort, or paused promotion")
-    hand.add_argument("--action", choices=MANUAL_ACTIONS, required=True)
-    hand.add_argument("--model", required=True)
-    hand.add_argument("--to-version", default="", help="for rollback_to_version")
-    hand.add_argument("--reason", default="manual", help="recorded on the versions and in the rollout history")
-    hand.set_defaults(handler=_step_manual_release)
-    rb = steps.add_parser("rollback", help="take traffic off the candidate (everything or one cohort)")
-    rb.add_argument("--end", default="", help="only the rollout of this run (data interval end)")
-    rb.add_argument("--cohort", default=None, help="roll back this cohort only")
-    rb.add_argument("--to-version", default="", help="make this version champion and route everything to it")
-    rb.add_argument("--reason", default="manual rollback", help="recorded on the version and in the alert")
-    rb.set_defaults(handler=_step_rollback)
-    dg = steps.add_parser("diagnose", help="rank a cohort's features by shift against training data")
-    dg.add_argument("--cohort", required=True)
-    dg.add_argument("--hours", type=float, default=1.0, help="recent traffic to look at")
-    dg.add_argument("--end", required=True, help="data interval end: training data is the days before it")
-    dg.set_defaults(handler=_step_diagnose)
-    rep = steps.add_parser("report", help="the run's release report: one HTML page with plots, logged to MLflow")
-    rep.add_argument("--end", required=True, help="data interval end of the run")
-    rep.add_argument("--no-mlflow", action="store_true", help="do not log the report to the MLflow run")
-    rep.set_defaults(handler=_step_report)
-
-
 def _cmd_triton(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.serving import local_triton
 
@@ -317,9 +269,34 @@ def _cmd_summary(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
     return {}
 
 
-def _window_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--start", required=True, help="window start, ISO-8601 (the data interval start)")
-    parser.add_argument("--end", required=True, help="window end, ISO-8601 (the data interval end)")
+# The handler of every `mlrelease step` command; their arguments come from mlrelease.stepdefs.STEPS.
+STEP_HANDLERS: dict[str, Handler] = {
+    "apply-features": _step_apply_features,
+    "materialize": _step_materialize,
+    "check-freshness": _step_check_freshness,
+    "validate-data": _step_validate_data,
+    "train": _step_train,
+    "export": _step_export,
+    "validate-serving": _step_validate_serving,
+    "benchmark": _step_benchmark,
+    "shadow": _step_shadow,
+    "rollout-stage": _step_rollout_stage,
+    "analyze": _step_analyze,
+    "promote": _step_promote,
+    "retire": _step_retire,
+    "manual-release": _step_manual_release,
+    "rollback": _step_rollback,
+    "diagnose": _step_diagnose,
+    "report": _step_report,
+}
+
+
+def _add_step(steps: Any, step: StepDef, handler: Handler) -> None:
+    """One `mlrelease step <name>` parser, from the step's declaration."""
+    parser = steps.add_parser(step.name, help=step.help)
+    for arg in step.args:
+        parser.add_argument(arg.flag, **arg.argparse_kwargs())
+    parser.set_defaults(handler=handler)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -356,52 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(handler=_cmd_generate, result_to_xcom=False)
 
     steps = sub.add_parser("step", help="run one pipeline step").add_subparsers(dest="step", required=True)
-    steps.add_parser("apply-features", help="feast apply").set_defaults(handler=_step_apply_features)
-    mat = steps.add_parser("materialize", help="materialize one window into the online store")
-    _window_args(mat)
-    mat.add_argument("--overlap-hours", type=float, default=2.0, help="also reload this much before --start")
-    mat.set_defaults(handler=_step_materialize)
-    fresh = steps.add_parser("check-freshness", help="fail when a feature view is older than its budget")
-    fresh.add_argument("--end", required=True, help="reference time, ISO-8601 (the data interval end)")
-    fresh.set_defaults(handler=_step_check_freshness)
-    val = steps.add_parser(
-        "validate-data", help="gate every source partition the run loads or trains on (GX suites, drift, contract)"
-    )
-    _window_args(val)
-    val.add_argument(
-        "--overlap-hours", type=float, default=2.0, help="materialize's overlap: validate this much before --start"
-    )
-    val.add_argument(
-        "--training-days", type=int, default=0, help="also validate not-yet-approved partitions of train's window"
-    )
-    val.add_argument("--reference-days", type=int, default=7, help="days of history to derive bounds and drift from")
-    val.add_argument("--psi-threshold", type=float, default=0.25)
-    val.set_defaults(handler=_step_validate_data)
+    if set(STEPS) != set(STEP_HANDLERS):
+        raise RuntimeError(f"steps without a handler or a declaration: {sorted(set(STEPS) ^ set(STEP_HANDLERS))}")
+    for step in STEPS.values():
+        _add_step(steps, step, STEP_HANDLERS[step.name])
 
-    tr = steps.add_parser("train", help="train a candidate and register it as challenger")
-    _window_args(tr)
-    tr.add_argument("--training-days", type=int, default=7, help="days of labelled orders before --end to learn from")
-    tr.add_argument("--mae-tolerance", type=float, default=0.05, help="allowed holdout MAE excess over the champion")
-    tr.set_defaults(handler=_step_train)
-    for name, handler, text in (
-        ("export", _step_export, "export a registered version to ONNX and the Triton repository"),
-        ("validate-serving", _step_validate_serving, "load a version into Triton and check its answers"),
-    ):
-        sp = steps.add_parser(name, help=text)
-        sp.add_argument("--model-version", required=True)
-        sp.set_defaults(handler=handler)
-        if name == "validate-serving":
-            sp.add_argument("--revalidate", action="store_true", help="load a version that already failed, again")
-    bench = steps.add_parser("benchmark", help="perf_analyzer gate: challenger vs champion")
-    bench.add_argument("--model-version", required=True)
-    bench.add_argument("--max-p99-ratio", type=float, default=1.10)
-    bench.add_argument("--min-throughput-ratio", type=float, default=0.90)
-    bench.add_argument("--concurrency-range", default="1:4:3")
-    bench.add_argument("--measurement-interval", type=int, default=1000, help="milliseconds per measurement window")
-    bench.add_argument("--rounds", type=int, default=3, help="interleaved rounds per version; medians are compared")
-    bench.set_defaults(handler=_step_benchmark)
-
-    _add_rollout_steps(steps)
     rollout = sub.add_parser("rollout", help="the staged rollout").add_subparsers(dest="rollout_command", required=True)
     rollout.add_parser("status", help="the current rollout, its stages, verdicts and routing").set_defaults(
         handler=_cmd_rollout_status, result_to_xcom=False
@@ -438,32 +374,74 @@ def _fail(line: str, code: int) -> int:
     return code
 
 
-def run(handler: Callable[[argparse.Namespace, Settings], dict[str, Any]], args: argparse.Namespace) -> int:
-    """Run one command; print its JSON result, write it to the XCom path for steps; map errors to exit 2."""
-    import json
+Outcome = tuple[int, dict[str, Any]]  # exit code, and the outcome: status with result, error or reason
 
-    label = f"mlrelease step {args.step}" if args.command == "step" else f"mlrelease {args.command}"
+
+def _execute(handler: Handler, args: argparse.Namespace, label: str) -> Outcome:
+    """Run the handler and write its result to the XCom path; map the errors a step raises to exit codes.
+
+    Anything else (a bug) propagates: the caller records it and Python exits 1 with the traceback.
+    """
     try:
         settings = Settings.from_env()
         result = handler(args, settings)
+        if getattr(args, "result_to_xcom", True):
+            from mlrelease.xcom import write_result
+
+            write_result(settings.xcom_path, result)
     except GateFailed as exc:
-        return _fail(f"{label}: error: {exc}", EXIT_GATE_FAILED)
+        return EXIT_GATE_FAILED, {"status": STATUS_FAILED, "error": f"{label}: error: {exc}"}
     except Skipped as exc:
-        return _fail(f"{label}: skipped: {exc}", EXIT_SKIPPED)
+        return EXIT_SKIPPED, {"status": STATUS_SKIPPED, "reason": f"{label}: skipped: {exc}"}
     except (StepError, ValueError, OSError) as exc:
-        return _fail(f"{label}: error: {exc}", EXIT_STEP_ERROR)
+        return EXIT_STEP_ERROR, {"status": STATUS_FAILED, "error": f"{label}: error: {exc}"}
     except Exception as exc:
         mlflow_errors = sys.modules.get("mlflow.exceptions")  # only if a step imported MLflow
         if mlflow_errors is None or not isinstance(exc, mlflow_errors.MlflowException):
             raise
-        return _fail(f"{label}: error: MLflow: {exc.message}", EXIT_STEP_ERROR)
-    if getattr(args, "result_to_xcom", True):
-        from mlrelease.xcom import write_result
+        return EXIT_STEP_ERROR, {"status": STATUS_FAILED, "error": f"{label}: error: MLflow: {exc.message}"}
+    return EXIT_OK, {"status": STATUS_SUCCESS, "result": result}
 
-        write_result(settings.xcom_path, result)
+
+def _record(step_run: StepRun | None, args: argparse.Namespace, label: str, code: int, outcome: dict[str, Any]) -> None:
+    """Record a step's outcome under the run's artifacts (for the summary, the report and the alerts).
+
+    Never changes the step's exit code: a step that did its work (moved an alias, routed traffic) must not turn
+    into a failure, and so a rollback, because its record could not be written; the problem is printed instead.
+    """
+    if step_run is None:
+        return
+    try:
+        step_run.record(Settings.from_env(), args.step, outcome, exit_code=code)
+    except (OSError, ValueError) as exc:
+        print(f"{label}: warning: outcome of task {step_run.task_id} not recorded: {exc}", file=sys.stderr)
+
+
+def run(handler: Handler, args: argparse.Namespace) -> int:
+    """Run one command: print its JSON result (steps: also to the XCom path) or its one-line error; the exit code.
+
+    A step run by a DAG task (`StepRun.from_env`) also records its outcome, whatever it is, even a crash.
+    """
+    import json
+
+    label = f"mlrelease step {args.step}" if args.command == "step" else f"mlrelease {args.command}"
+    try:
+        step_run = StepRun.from_env() if args.command == "step" else None
+    except ValueError as exc:  # the runner passed a malformed identity: nowhere to record, so say so and stop
+        return _fail(f"{label}: error: {exc}", EXIT_STEP_ERROR)
+    try:
+        code, outcome = _execute(handler, args, label)
+    except Exception as exc:
+        line = f"{label}: error: unexpected {type(exc).__name__}: {exc}"
+        _record(step_run, args, label, EXIT_CRASH, {"status": STATUS_FAILED, "error": line})
+        _fail(line, EXIT_CRASH)  # the one line first (the runners report it), then Python's traceback and exit 1
+        raise
+    _record(step_run, args, label, code, outcome)
+    if code != EXIT_OK:
+        return _fail(str(outcome.get("error") or outcome.get("reason")), code)
     if not getattr(args, "quiet", False):
-        print(json.dumps(result, indent=2, default=str))
-    return 0
+        print(json.dumps(outcome["result"], indent=2, default=str))
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,31 +12,23 @@ import yaml
 
 from mlrelease.errors import StepError
 from mlrelease.settings import REPO_ROOT
+from mlrelease.stepdefs import NIGHTLY_PARAMS, RELEASE_CONTROL_PARAMS
 
-# A representative run: the values Airflow substitutes into the step arguments.
+# A representative run: the values Airflow substitutes into the step arguments and env.
 SAMPLE_CONTEXT: dict[str, Any] = {
     "data_interval_start": datetime(2026, 11, 28, 2, tzinfo=UTC),
     "data_interval_end": datetime(2026, 11, 29, 2, tzinfo=UTC),
-    "params": {
-        "materialize_overlap_hours": 2,
-        "reference_days": 7,
-        "psi_threshold": 0.25,
-        "training_days": 7,
-        "mae_tolerance": 0.05,
-        "max_p99_ratio": 1.1,
-        "min_throughput_ratio": 0.9,
-        "rollout_profile": "production",
-        "rollout_plan": "config/rollout_plan.yaml",
-        # rollback_release's form
-        "model": "parcel_eta",
-        "action": "rollback_to_version",
-        "target_version": 6,
-        "reason": "manual rollback from the Airflow UI",
-    },
+    # Both forms' defaults (declared with the steps), and a version for rollback_release's optional one.
+    "params": {p.name: p.default for p in (*NIGHTLY_PARAMS, *RELEASE_CONTROL_PARAMS)} | {"target_version": 6},
     "run_id": "scheduled__2026-11-29T02:00:00+00:00",
-    # What `train` pushes to XCom, for the steps that take the model version from it.
-    "ti": SimpleNamespace(xcom_pull=lambda task_ids: {"model_version": 7}),
 }
+SAMPLE_XCOM = {"train": {"model_version": 7}}  # what `train` pushes, for the steps that take the model version
+
+
+def sample_context(task_id: str, context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The context one task renders with: `context` (default SAMPLE_CONTEXT) plus the task instance `ti`."""
+    ti = SimpleNamespace(task_id=task_id, try_number=1, xcom_pull=lambda task_ids: SAMPLE_XCOM[task_ids])
+    return {"ti": ti, **(context or SAMPLE_CONTEXT)}
 
 
 def _plugins_on_path() -> None:
@@ -49,18 +40,20 @@ def _plugins_on_path() -> None:
 def render_manifest(step: str, context: dict[str, Any] | None = None) -> dict[str, Any]:
     """The pod manifest (plain dict, API field names) that the KubernetesPodOperator would create for `step`."""
     _plugins_on_path()
-    import jinja2
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import SandboxedEnvironment
     from kubernetes.client import ApiClient
 
     from mlrelease_airflow.catalog import STEPS
     from mlrelease_airflow.kubernetes import kubernetes_step_operator
     from mlrelease_airflow.pod_spec import ClusterSettings
 
-    values = context or SAMPLE_CONTEXT
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    pod = STEPS[step]
-    rendered = dataclasses.replace(pod, args=tuple(env.from_string(a).render(**values) for a in pod.args))
-    operator = kubernetes_step_operator(step.replace("-", "_"), rendered, ClusterSettings.from_env())
+    task_id = step.replace("-", "_")
+    operator = kubernetes_step_operator(task_id, STEPS[step], ClusterSettings.from_env())
+    # Rendered as Airflow renders a task (arguments, env, every templated field); unknown names are errors.
+    operator.render_template_fields(
+        sample_context(task_id, context), jinja_env=SandboxedEnvironment(undefined=StrictUndefined)
+    )
     manifest: dict[str, Any] = ApiClient().sanitize_for_serialization(
         operator.build_pod_request_obj(dry_run=True)
     )  # dry_run: no cluster is contacted

@@ -7,6 +7,7 @@ import yaml
 
 from mlrelease.render import render_manifest, render_pods, validation_errors
 from mlrelease_airflow.catalog import STEPS
+from mlrelease_airflow.pod_spec import STATE_MOUNT
 
 K8S_VERSION = "1.37.0"
 
@@ -27,6 +28,11 @@ def test_manifest_validates_and_is_restricted(step):
     assert any(c["name"] == "airflow-xcom-sidecar" for c in spec["containers"])
     assert main["envFrom"] == [{"secretRef": {"name": "mlrelease-step-env"}}]
     assert {"name": "MLRELEASE_XCOM_PATH", "value": "/airflow/xcom/return.json"} in main["env"]
+    # The task's identity, rendered: the step records its own outcome on the state volume (mlrelease.outcome).
+    assert all("{{" not in e.get("value", "") for e in main["env"])
+    env = {e["name"]: e.get("value") for e in main["env"]}
+    assert env["MLRELEASE_TASK_ID"] == step.replace("-", "_") and env["MLRELEASE_TRY_NUMBER"] == "1"
+    assert env["MLRELEASE_DATA_INTERVAL_END"] == "2026-11-29T02:00:00+00:00" and env["MLRELEASE_HOME"] == STATE_MOUNT
 
 
 def test_only_routing_steps_get_an_api_token_and_only_with_the_httproute_router(monkeypatch):

@@ -13,6 +13,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from mlrelease.errors import StepError
+from mlrelease.exit_codes import STATUSES
+from mlrelease.outcome import steps_dir
 from mlrelease.registry import MODEL_NAME
 from mlrelease.rollout.store import RolloutRecord, RolloutStore
 from mlrelease.settings import Settings
@@ -38,17 +40,20 @@ def read_json(path: Path) -> Any:
 
 
 def run_outcomes(settings: Settings, key: str) -> dict[str, dict[str, Any]]:
-    """The step outcomes of the latest DAG run of interval `key` (the summary's reader), by task id."""
+    """The step outcomes of the latest DAG run of interval `key` (the summary's reader), by task id.
+
+    Each step records its own outcome where it runs (`mlrelease.outcome`), so this reads the same on either runner.
+    """
     try:
         outcomes = load_outcomes(settings, parse_run_key(key))
     except ValueError:
         # load_outcomes does not say which file broke: find it, so the error names it.
-        for path in sorted((settings.artifacts_dir / key / "steps").glob("*.json")):
+        for path in sorted(steps_dir(settings, key).glob("*.json")):
             read_json(path)
         raise
     for task, outcome in outcomes.items():
-        if not isinstance(outcome, dict) or outcome.get("status") not in ("success", "failed", "skipped"):
-            path = settings.artifacts_dir / key / "steps" / f"{task}.json"
+        if not isinstance(outcome, dict) or outcome.get("status") not in STATUSES:
+            path = steps_dir(settings, key) / f"{task}.json"
             raise ReportInputError(f"{path} is not a step outcome (no status success/failed/skipped)")
     return outcomes
 
