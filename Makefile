@@ -23,6 +23,8 @@ RUN_END := $(DATE)T02:00:00+00:00
 PREV_END := $(shell date -u -d "$(DATE) -1 days" +%F)T02:00:00+00:00
 # The demo gateway and the traffic that flows through it while the candidate is rolled out.
 GATEWAY_PORT ?= 8080
+# Gateway worker processes (uvicorn replaces a killed one; the other keeps answering meanwhile).
+GATEWAY_WORKERS ?= 2
 TRAFFIC_RATE ?= 200
 HISTORY_DAYS ?= 9
 # Orders per day. The demo traffic replays the last 5 h of orders (older ones are past the package features'
@@ -82,7 +84,7 @@ run: setup
 		--rows-per-day $(ROWS_PER_DAY) > /dev/null
 	@echo "==> local Triton server (CPU, explicit model control)"
 	@mlrelease triton up | grep -E '"(status|url)"'
-	@RUN_END=$(RUN_END) PREV_END=$(PREV_END) GATEWAY_PORT=$(GATEWAY_PORT) TRAFFIC_RATE=$(TRAFFIC_RATE) \
+	@RUN_END=$(RUN_END) PREV_END=$(PREV_END) GATEWAY_PORT=$(GATEWAY_PORT) GATEWAY_WORKERS=$(GATEWAY_WORKERS) TRAFFIC_RATE=$(TRAFFIC_RATE) \
 		INJECT=$(INJECT) CANDIDATE_FAULT=$(CANDIDATE_FAULT) INJECT_START=$$(date -u -d "$(DATE) -1 days" +%F) DATE=$(DATE) ROWS_PER_DAY=$(ROWS_PER_DAY) \
 		scripts/release_demo.sh
 

@@ -8,6 +8,9 @@
 set -euo pipefail
 : "${RUN_END:?}" "${PREV_END:?}" "${MLRELEASE_HOME:?}"
 GATEWAY_PORT="${GATEWAY_PORT:-8080}"
+# Two gateway workers (uvicorn processes on one port, one routing state): a killed one costs only the requests it
+# had in flight, and uvicorn starts its replacement while the other keeps answering.
+GATEWAY_WORKERS="${GATEWAY_WORKERS:-2}"
 TRAFFIC_RATE="${TRAFFIC_RATE:-200}"
 LOGS="$MLRELEASE_HOME/logs"
 # The run's params, as the UI trigger form would send them: demo stage durations (seconds, not hours),
@@ -56,8 +59,8 @@ if mlrelease step validate-data --start "$PREV_END" --end "$RUN_END" > /dev/null
   mlrelease step materialize --start "$PREV_END" --end "$RUN_END" > /dev/null
 fi
 
-echo "==> gateway on :$GATEWAY_PORT; traffic at $TRAFFIC_RATE req/s once the benchmark is done (logs: $LOGS/gateway.log, $LOGS/traffic.json)"
-mlrelease gateway --port "$GATEWAY_PORT" --as-of "$RUN_END" > "$LOGS/gateway.log" 2>&1 &
+echo "==> gateway on :$GATEWAY_PORT ($GATEWAY_WORKERS workers); traffic at $TRAFFIC_RATE req/s once the benchmark is done (logs: $LOGS/gateway.log, $LOGS/traffic.json)"
+mlrelease gateway --port "$GATEWAY_PORT" --workers "$GATEWAY_WORKERS" --as-of "$RUN_END" > "$LOGS/gateway.log" 2>&1 &
 GATEWAY_PID=$!
 TRAFFIC_PID=""
 cleanup() {

@@ -144,15 +144,16 @@ def write_gateway_config(path: Path, **overrides: Any) -> Path:
 
 
 @contextmanager
-def gateway_process(config: Path, port: int, env: dict[str, str] | None = None) -> Iterator[str]:
-    """`mlrelease gateway` as a real process; yields its base URL once /healthz answers, stops it afterwards."""
+def gateway_process(config: Path, port: int, env: dict[str, str] | None = None, workers: int = 1) -> Iterator[str]:
+    """`mlrelease gateway` as a real process (`workers` uvicorn workers); yields its base URL once /healthz answers,
+    stops it afterwards."""
     import requests
 
     log = config.with_name(f"gateway-{port}.log")
     binary = Path(sys.executable).with_name("mlrelease")
     with open(log, "w", encoding="utf-8") as out:
         proc = subprocess.Popen(
-            [str(binary), "gateway", "--config", str(config), "--port", str(port)],
+            [str(binary), "gateway", "--config", str(config), "--port", str(port), "--workers", str(workers)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -87,7 +87,7 @@ def serving_world(root: Path, offline: Path, mp: pytest.MonkeyPatch) -> Iterator
 
 
 @contextmanager
-def gateway_process(config: Path, *, env: dict[str, str] | None = None) -> Iterator[str]:
-    """`mlrelease gateway` as a real process on a free port."""
-    with devkit.gateway_process(config, free_port(), env) as url:
+def gateway_process(config: Path, *, env: dict[str, str] | None = None, workers: int = 1) -> Iterator[str]:
+    """`mlrelease gateway` as a real process on a free port (`workers` uvicorn worker processes)."""
+    with devkit.gateway_process(config, free_port(), env, workers) as url:
         yield url

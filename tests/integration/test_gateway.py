@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 import requests
 from hypothesis import HealthCheck, settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from mlrelease.devkit import ERRORS, GOOD, HEALTHY_CANDIDATE, NAN_ALL, NAN_LONG_TAIL, redis_server
+from mlrelease.devkit import ERRORS, GOOD, HEALTHY_CANDIDATE, NAN_ALL, NAN_LONG_TAIL, background_traffic, redis_server
 from mlrelease.gateway import traffic
 from mlrelease.gateway.config import load_config
 from mlrelease.gateway.fallback import rule_eta
@@ -361,3 +365,130 @@ def test_fuzzing_the_openapi_finds_no_server_errors(world, api_schema):
             case.call_and_validate(headers={"X-API-Key": world.api_key})
 
         check()
+
+
+# --- losing a process: a gateway worker, Triton itself (issue 17) -------------------------------------------
+
+
+def _until(check, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"{what} within {seconds:.0f} s"
+        time.sleep(0.05)
+    return value
+
+
+def _uvicorn_workers(master: psutil.Process) -> set[int]:
+    """The master's live worker processes (multiprocessing spawn children; not its resource tracker)."""
+    alive = set()
+    for child in master.children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
+                alive.add(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def _replicas_that_served(decisions: Path) -> set[int]:
+    """Pids of the workers that wrote a decision-log file (`<hour>-<host>-<pid>.jsonl`)."""
+    return {int(p.stem.rsplit("-", 1)[1]) for p in decisions.glob("*.jsonl")}
+
+
+def _fresh_predict(url: str, body: dict, key: str) -> bool:
+    """One request on a new connection (a pooled one stays with the worker that accepted it)."""
+    headers = {"X-API-Key": key, "Connection": "close"}
+    try:
+        return requests.post(f"{url}/v1/predict", json=body, headers=headers, timeout=5).ok
+    except requests.ConnectionError:
+        return False
+
+
+def _connections(pid: int, port: int) -> int:
+    """Established client connections a worker holds on the gateway's port."""
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.NoSuchProcess:
+        return 0
+    return sum(c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port for c in conns)
+
+
+def test_a_killed_gateway_worker_costs_at_most_its_in_flight_requests(world, pool):
+    """Two workers; `kill -9` the one holding the traffic's connections: the other keeps answering, and uvicorn's
+    supervisor starts a replacement that serves."""
+    decisions = world.home / "workers" / "decisions"
+    config = world.config_file("workers", decision_log={"directory": str(decisions)})
+    world.routing(config, "set", "--stable", str(GOOD))
+    bodies = traffic.build_requests(
+        pool, 2_000, traffic.parse_mix(None, load_config().cohorts.names), supply_features=False
+    )
+    with gateway_process(config, workers=2) as url:
+        port = int(url.rsplit(":", 1)[1])
+        (master,) = [p for p in psutil.Process().children() if str(config) in " ".join(p.cmdline())]
+        before = _until(lambda: len(w := _uvicorn_workers(master)) == 2 and w, 60, "two workers")
+        # Both serving (each wrote decisions) before the kill, so the survivor is a warm one.
+        _until(
+            lambda: _fresh_predict(url, bodies[0], world.api_key) and _replicas_that_served(decisions) >= before,
+            60,
+            "both workers serving",
+        )
+        with background_traffic(url, bodies, world.api_key, rate=100) as report:
+            time.sleep(2)
+            victim = max(before, key=lambda pid: _connections(pid, port))
+            os.kill(victim, signal.SIGKILL)
+            killed_at = time.monotonic()
+            after = _until(lambda: len(w := _uvicorn_workers(master)) == 2 and victim not in w and w, 30, "2 workers")
+            replaced_s = time.monotonic() - killed_at
+            (replacement,) = after - before
+            _until(
+                lambda: (
+                    _fresh_predict(url, bodies[0], world.api_key) and replacement in _replicas_that_served(decisions)
+                ),
+                60,
+                "the replacement worker serving",
+            )
+            serving_s = time.monotonic() - killed_at
+            time.sleep(1)
+        assert _uvicorn_workers(master) == after  # nothing else died meanwhile
+    print(
+        f"\nkilled worker {victim}: replacement {replacement} started after {replaced_s:.2f} s, serving after "
+        f"{serving_s:.1f} s; {report.errors} of {report.sent} requests failed: {dict(report.statuses)}"
+    )
+    assert report.sent > 200 and report.errors <= 64, report.summary()  # at most what was in flight on it (64 max)
+
+
+def test_a_killed_triton_is_restarted_and_the_gateway_returns_to_model_answers_by_itself(world, gateway, pool, api):
+    """`kill -9` of tritonserver: the supervisor restarts it and reloads the declared versions; nobody calls
+    anything, the gateway answers with the rule meanwhile and goes back to the model on its own."""
+    from mlrelease.serving import local_triton
+    from mlrelease.serving.reconcile import declared_versions
+
+    url, _ = gateway
+    _route(world, gateway, "--stable", str(GOOD), "--candidate", "0", "--clear-trips")
+    paths = local_triton.TritonPaths.from_settings(world.settings)
+    body = _body(pool.iloc[0])
+    assert api.post(f"{url}/v1/predict", json=body).json()["source"] == "model"
+    killed = local_triton.running_pid(paths)
+    assert killed is not None
+    os.kill(killed, signal.SIGKILL)
+    killed_at = time.monotonic()
+    answers: list[tuple[float, int, str | None]] = []
+    while time.monotonic() - killed_at < 60:  # a generous bound; the assertions are on the end state
+        response = api.post(f"{url}/v1/predict", json=body)
+        source = response.json().get("source") if response.status_code == 200 else None
+        answers.append((time.monotonic() - killed_at, response.status_code, source))
+        if len(answers) > 20 and all(s == "model" for _, _, s in answers[-20:]):
+            break
+        time.sleep(0.05)
+    first_model = next((t for t, _, s in answers if s == "model"), float("nan"))
+    fallbacks = sum(s == "fallback_rule" for _, _, s in answers)
+    print(f"\nkilled tritonserver {killed}: {fallbacks} rule answers, model answers again after {first_model:.1f} s")
+    assert all(code == 200 for _, code, _ in answers)  # the rule covered the outage: no client errors
+    assert fallbacks > 0 and all(s == "model" for _, _, s in answers[-20:])
+    status = local_triton.status(world.settings)
+    assert status["ready"] and status["pid"] not in (None, killed)
+    assert status["supervisor"]["restarts"] >= 1
+    assert status["supervisor"]["last_restart_reason"] == f"tritonserver pid {killed} killed by SIGKILL"
+    client = world.client()
+    assert all(client.version_ready(MODEL_NAME, v) for v in declared_versions(world.settings))
+    assert requests.get(f"{url}/readyz").status_code == 200

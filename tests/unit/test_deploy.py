@@ -227,6 +227,50 @@ def test_triton_startup_probe_covers_the_model_load_budget(shipped: tuple[Deploy
     assert {"key": values.gpu.tolerationKey, "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
 
 
+def test_a_restarted_triton_pod_loads_the_declared_versions(
+    shipped: tuple[DeployValues, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Restarted (crash, liveness, node loss), the pod loads by itself what the repository's policy declares: from
+    the repository the steps write that policy into, with the gateway's model named on --load-model."""
+    import dataclasses
+
+    from mlrelease.registry import MODEL_NAME
+    from mlrelease.settings import Settings
+    from mlrelease.steps.export import model_repository
+
+    values, objects = shipped
+    spec = pod_spec(objects, values.triton.name)
+    assert spec["restartPolicy"] == "Always"
+    server = container(objects, values.triton.name)
+    args = server["args"]
+    assert f"--load-model={MODEL_NAME}" in args and "--model-control-mode=explicit" in args
+    assert "--exit-on-error=false" in args  # one version that fails to load must not keep the others down
+    (mount,) = [m for m in server["volumeMounts"] if m["name"] == "models"]
+    assert f"--model-repository={mount['mountPath']}" in args
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "models"]
+    assert volume["persistentVolumeClaim"]["claimName"] == values.state.claimName
+    # Step pods run with MLRELEASE_HOME on the same claim: their model repository is the sub-path Triton mounts.
+    monkeypatch.delenv("MLRELEASE_MODEL_REPOSITORY", raising=False)
+    steps = dataclasses.replace(Settings.from_env(), home=Path(STATE_MOUNT))
+    assert model_repository(steps) == Path(STATE_MOUNT) / mount["subPath"]
+    assert server["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
+    assert server["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+
+
+def test_a_triton_that_would_restart_without_the_gateways_model_is_refused() -> None:
+    raw = raw_values()
+    raw["triton"]["loadModels"] = ["some_other_model"]
+    with pytest.raises(StepError, match="does not include 'parcel_eta'.*restarted Triton pod would come back without"):
+        render(raw)
+
+
+def test_losing_one_gateway_pod_leaves_others_serving(shipped: tuple[DeployValues, list[dict[str, Any]]]) -> None:
+    values, objects = shipped
+    assert values.gateway.fewest_replicas >= 2 and values.gateway.replicas >= 2
+    pdb = named(objects, "PodDisruptionBudget", values.gateway.name)
+    assert pdb["spec"]["maxUnavailable"] < values.gateway.fewest_replicas
+
+
 @pytest.mark.parametrize("budget", [45, 600, 1234])
 def test_a_longer_load_budget_lengthens_the_startup_probe(budget: int) -> None:
     raw = raw_values()

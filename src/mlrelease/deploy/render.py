@@ -30,7 +30,7 @@ def render_objects(values: DeployValues, gateway_config: GatewayConfig) -> list[
         *service_accounts(values),
         *rbac(values),
         *gateway(values, gateway_config),
-        *triton(values),
+        *triton(values, gateway_config.model),
         *network_policies(values),
     ]
 

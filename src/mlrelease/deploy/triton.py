@@ -1,4 +1,10 @@
-"""Triton on a GPU node: explicit model control over the model repository on the state volume."""
+"""Triton on a GPU node: explicit model control over the model repository on the state volume.
+
+A pod that dies is started again (restartPolicy Always; the liveness probe restarts a hung server), and a
+restarted server loads the declared versions by itself: `--load-model` loads each listed model with the
+versions its config.pbtxt's policy names, and every step that changes what is served writes that policy
+first (see mlrelease.serving.reconcile). The local `mlrelease triton up` supervisor does the same.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from mlrelease.deploy.meta import (
     startup_probe,
 )
 from mlrelease.deploy.values import DeployValues
+from mlrelease.errors import StepError
 
 COMPONENT = "inference"
 MODEL_MOUNT = "/models"
@@ -28,7 +35,8 @@ def server_args(values: DeployValues) -> list[str]:
         f"--model-repository={MODEL_MOUNT}",
         # The steps load and unload versions through the API; nothing loads by itself.
         "--model-control-mode=explicit",
-        *(f"--load-model={model}" for model in triton.loadModels),  # a restarted server serves the champion again
+        # A restarted server loads the declared versions again (the policy in each model's config.pbtxt).
+        *(f"--load-model={model}" for model in triton.loadModels),
         # One bad candidate must not take the server (and the stable version) down.
         "--exit-on-error=false",
         # Non-strict: ready means the server answers; per-version readiness is what the gateway and steps check,
@@ -92,6 +100,7 @@ def deployment(values: DeployValues) -> dict[str, Any]:
                     "automountServiceAccountToken": False,
                     "securityContext": pod_security(values, triton.runAsUser),
                     "terminationGracePeriodSeconds": 60,
+                    "restartPolicy": "Always",  # the only one a Deployment allows; said here because it is relied on
                     "nodeSelector": dict(values.gpu.nodeSelector),
                     "tolerations": [{"key": values.gpu.tolerationKey, "operator": "Exists", "effect": "NoSchedule"}],
                     "containers": [_container(values)],
@@ -129,6 +138,17 @@ def service(values: DeployValues) -> dict[str, Any]:
     }
 
 
-def triton(values: DeployValues) -> list[dict[str, Any]]:
-    """Every Triton object."""
+def check_restart_serves(values: DeployValues, model: str) -> None:
+    """A restarted Triton must load the model the gateway serves, or it comes back with nothing to answer with."""
+    if model not in values.triton.loadModels:
+        raise StepError(
+            f"triton.loadModels {list(values.triton.loadModels)} does not include {model!r}, the gateway's model: "
+            "a restarted Triton pod would come back without the declared versions"
+        )
+
+
+def triton(values: DeployValues, model: str | None = None) -> list[dict[str, Any]]:
+    """Every Triton object; `model` (the gateway's) must be among those a restarted server loads."""
+    if model is not None:
+        check_restart_serves(values, model)
     return [deployment(values), service(values)]

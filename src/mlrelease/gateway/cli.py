@@ -197,7 +197,13 @@ def add_commands(sub: Any) -> None:
     gw = sub.add_parser("gateway", parents=[common], help="serve the prediction gateway (ASGI, uvicorn)")
     gw.add_argument("--host", default="127.0.0.1")
     gw.add_argument("--port", type=int, default=DEFAULT_PORT)
-    gw.add_argument("--workers", type=int, default=1, help="processes; each is a replica with its own breakers")
+    gw.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes on one port, each a replica with its own breakers and decision-log file; uvicorn replaces "
+        "one that dies while the others keep answering (make run uses 2)",
+    )
     gw.add_argument("--as-of", help="judge feature freshness at this instant (replays and demos only)")
     gw.set_defaults(handler=_cmd_gateway, result_to_xcom=False, quiet=True)
 

@@ -2,14 +2,18 @@
 
 The server comes from the `nvidia-pytriton` wheel in a second environment (`.venv-triton`, built by
 `make`), because it needs numpy < 2 and tritonclient 2.5x, which the application stack cannot share.
+`up` starts it under a supervisor (`triton_supervisor`) that restarts it when it dies and reloads the
+declared versions after every start, as the Triton Deployment does on Kubernetes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +23,7 @@ import requests
 
 from mlrelease.errors import StepError
 from mlrelease.settings import REPO_ROOT, Settings
-from mlrelease.storage import write_text_atomic
+from mlrelease.storage import file_lock, write_text_atomic
 
 PY_VERSION = "3.11"
 
@@ -61,6 +65,26 @@ class TritonPaths:
     def log_file(self) -> Path:
         """The server's log."""
         return self.state / "tritonserver.log"
+
+    @property
+    def supervisor_pid_file(self) -> Path:
+        """PID of the supervisor that restarts the server (`triton_supervisor`)."""
+        return self.state / "supervisor.pid"
+
+    @property
+    def supervisor_state(self) -> Path:
+        """The supervisor's state: phase, server pid, restarts and the last restart's reason (JSON)."""
+        return self.state / "supervisor.json"
+
+    @property
+    def supervisor_log(self) -> Path:
+        """The supervisor's log: every start, restart (with its reason) and reconcile."""
+        return self.state / "supervisor.log"
+
+    @property
+    def control_lock(self) -> Path:
+        """Held by `up` and `down`, so two of them never start two supervisors or race a stop."""
+        return self.state / "control.lock"
 
     @property
     def cpu_repository(self) -> Path:
@@ -144,50 +168,9 @@ def perf_analyzer_command(settings: Settings) -> tuple[Path, dict[str, str]]:
     return paths.perf_analyzer, toolchain_env(paths)
 
 
-def _running_pid(paths: TritonPaths) -> int | None:
-    """The recorded server's pid if that process is alive and really is a tritonserver (not a zombie, not reused)."""
-    if not paths.pid_file.is_file():
-        return None
-    pid = int(paths.pid_file.read_text().strip())
-    proc = Path(f"/proc/{pid}")
-    try:
-        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        cmdline = (proc / "cmdline").read_bytes()
-    except (OSError, IndexError):
-        return None
-    return pid if state != "Z" and b"tritonserver" in cmdline else None
-
-
-def is_ready(ports: Ports) -> bool:
-    """Whether the server answers ready on its HTTP endpoint."""
-    try:
-        return requests.get(f"{ports.http_url}/v2/health/ready", timeout=1).status_code == 200
-    except requests.RequestException:
-        return False
-
-
-def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
-    """Start tritonserver in explicit model-control mode unless it already runs; wait until ready."""
-    paths, ports = TritonPaths.from_settings(settings), Ports.from_env()
-    pid = _running_pid(paths)
-    if pid is not None:  # ours is running (maybe still starting): never start a second one
-        deadline = time.monotonic() + timeout_s
-        while not is_ready(ports):
-            if time.monotonic() > deadline or _running_pid(paths) is None:
-                raise StepError(
-                    f"tritonserver pid {pid} runs but is not ready on {ports.http_url} "
-                    f"(log {paths.log_file}); stop it with `mlrelease triton down`"
-                )
-            time.sleep(0.2)
-        return {"status": "already running", "pid": pid, "url": ports.http_url, "serving": _reconciled(settings, ports)}
-    if is_ready(ports):
-        raise StepError(f"another Triton (not started by `mlrelease triton up` here) is serving on {ports.http_url}")
-    if not paths.server_binary.is_file():
-        raise StepError(f"tritonserver not found at {paths.server_binary}: build the toolchain with `make setup`")
-    env = toolchain_env(paths)
-    prepare_backends(paths)
-    paths.cpu_repository.mkdir(parents=True, exist_ok=True)
-    argv = [
+def server_argv(paths: TritonPaths, ports: Ports) -> list[str]:
+    """The tritonserver command line: explicit model control over the CPU mirror, loopback only."""
+    return [
         str(paths.server_binary),
         f"--model-repository={paths.cpu_repository}",
         f"--backend-directory={paths.backends}",
@@ -201,30 +184,166 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
         "--metrics-address=127.0.0.1",
         f"--metrics-port={ports.metrics}",
     ]
-    with open(paths.log_file, "ab") as log:
-        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    # Recorded at once, so `down` can stop it even if this call is interrupted while waiting.
-    write_text_atomic(paths.pid_file, str(proc.pid))
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            paths.pid_file.unlink(missing_ok=True)
-            tail = paths.log_file.read_text(errors="replace").splitlines()[-5:]
-            raise StepError(f"tritonserver exited with {proc.returncode}: {' | '.join(tail)}")
-        if is_ready(ports):
-            serving = _reconciled(settings, ports)
+
+
+def _live_pid(pid_file: Path, marker: bytes) -> int | None:
+    """The pid recorded in `pid_file` if that process is alive, not a zombie, and its command line has `marker`."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    proc = Path(f"/proc/{pid}")
+    try:
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmdline = (proc / "cmdline").read_bytes()
+    except (OSError, IndexError):
+        return None
+    return pid if state != "Z" and marker in cmdline else None
+
+
+def running_pid(paths: TritonPaths) -> int | None:
+    """The recorded server's pid if that process is alive and really is a tritonserver (not a zombie, not reused)."""
+    return _live_pid(paths.pid_file, b"tritonserver")
+
+
+def supervisor_pid(paths: TritonPaths) -> int | None:
+    """The recorded supervisor's pid if it is alive (not a zombie, not a reused pid)."""
+    from mlrelease.serving.triton_supervisor import MODULE
+
+    return _live_pid(paths.supervisor_pid_file, MODULE.encode())
+
+
+def supervisor_state(paths: TritonPaths) -> dict[str, Any]:
+    """What the supervisor last recorded (empty when it never ran here)."""
+    try:
+        return dict(json.loads(paths.supervisor_state.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return {}
+
+
+def is_ready(ports: Ports) -> bool:
+    """Whether the server answers ready on its HTTP endpoint."""
+    try:
+        return requests.get(f"{ports.http_url}/v2/health/ready", timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Start tritonserver under its supervisor unless they already run; wait until the declared versions are loaded.
+
+    The supervisor restarts the server whenever it dies and reloads the repository's declared versions after
+    every start; `serving` is what that reconcile did. Idempotent: with a supervisor already running this waits
+    for it to be serving and reconciles once more (a version unloaded by hand is loaded again).
+    """
+    paths, ports = TritonPaths.from_settings(settings), Ports.from_env()
+    paths.state.mkdir(parents=True, exist_ok=True)
+    with file_lock(paths.control_lock):
+        supervisor = supervisor_pid(paths)
+        if supervisor is not None:  # ours is running (maybe restarting the server): never start a second one
+            state = _wait_serving(paths, ports, supervisor, timeout_s, started_here=False)
             return {
-                "status": "started",
-                "pid": proc.pid,
+                "status": "already running",
+                "pid": state["server_pid"],
                 "url": ports.http_url,
-                "log": str(paths.log_file),
-                "serving": serving,
+                "serving": _reconciled(settings, ports),
+                "supervisor": _supervisor_view(paths, supervisor, state),
             }
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    paths.pid_file.unlink(missing_ok=True)
-    raise StepError(f"tritonserver did not become ready within {timeout_s:.0f} s (log {paths.log_file})")
+        if running_pid(paths) is None and is_ready(ports):
+            raise StepError(
+                f"another Triton (not started by `mlrelease triton up` here) is serving on {ports.http_url}"
+            )
+        if not paths.server_binary.is_file():
+            raise StepError(f"tritonserver not found at {paths.server_binary}: build the toolchain with `make setup`")
+        toolchain_env(paths)  # a missing toolchain environment is reported here, not in the supervisor's log
+        supervisor = _start_supervisor(settings, paths, timeout_s)
+        try:
+            state = _wait_serving(paths, ports, supervisor, timeout_s, started_here=True)
+        except BaseException:
+            _stop(paths)  # a half-started supervisor and server must not outlive a failed (or interrupted) `up`
+            raise
+        if state.get("reconcile_error"):  # a declared version Triton refuses: the server serves the rest, and the
+            raise StepError(str(state["reconcile_error"]))  # supervisor keeps trying; a person must look
+        return {
+            "status": "already running" if state.get("adopted") else "started",
+            "pid": state["server_pid"],
+            "url": ports.http_url,
+            "log": str(paths.log_file),
+            "serving": state["serving"],
+            "supervisor": _supervisor_view(paths, supervisor, state),
+        }
+
+
+def _start_supervisor(settings: Settings, paths: TritonPaths, timeout_s: float) -> int:
+    """`python -m mlrelease.serving.triton_supervisor` detached: its own session, its own log, our environment."""
+    from mlrelease.serving.triton_supervisor import MODULE
+
+    paths.supervisor_state.unlink(missing_ok=True)  # `up` waits for this supervisor's own first record
+    # The caller's environment (ports, MLRELEASE_*), with the paths this call resolved made explicit.
+    env = {**os.environ, "MLRELEASE_HOME": str(settings.home), "MLRELEASE_TRITON_VENV": str(paths.venv)}
+    with open(paths.supervisor_log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", MODULE, "--start-timeout", str(timeout_s)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,  # never the caller's stdout: `mlrelease triton up | grep` must not wait for the supervisor
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    # Recorded at once, so `down` can stop it even if this call is interrupted while waiting.
+    write_text_atomic(paths.supervisor_pid_file, str(proc.pid))
+    return proc.pid
+
+
+def _wait_serving(
+    paths: TritonPaths, ports: Ports, supervisor: int, timeout_s: float, *, started_here: bool
+) -> dict[str, Any]:
+    """Wait until the supervisor reports the server ready and reconciled; its state. A StepError says why not."""
+    from mlrelease.serving.reconcile import RELOAD_TIMEOUT_S
+    from mlrelease.serving.triton_supervisor import FAILED, RECONCILING, SERVING
+
+    began = time.monotonic()
+    while True:
+        state = supervisor_state(paths)
+        mine = state.get("supervisor_pid") == supervisor
+        phase = state.get("phase") if mine else None
+        if phase == SERVING and is_ready(ports):
+            return state
+        if phase == FAILED or supervisor_pid(paths) != supervisor:
+            _reap(supervisor)
+            reason = state.get("error") if mine else None
+            raise StepError(reason or f"the Triton supervisor exited: {_tail(paths.supervisor_log)}")
+        # Loading the declared versions may take longer than the start itself: give it its own budget.
+        budget = timeout_s + (RELOAD_TIMEOUT_S if phase in (RECONCILING, SERVING) else 0.0)
+        if time.monotonic() - began > budget:
+            what = f"is not ready on {ports.http_url}" if phase != RECONCILING else "is still loading its versions"
+            hint = "" if started_here else "; stop it with `mlrelease triton down`"
+            raise StepError(
+                f"tritonserver (supervisor pid {supervisor}, phase {phase}) {what} after {budget:.0f} s "
+                f"(logs {paths.supervisor_log}, {paths.log_file}){hint}"
+            )
+        time.sleep(0.1)
+
+
+def _supervisor_view(paths: TritonPaths, pid: int | None, state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "pid": pid,
+        "running": pid is not None,
+        "phase": state.get("phase"),
+        "server_starts": state.get("starts", 0),
+        "restarts": state.get("restarts", 0),
+        "last_restart_reason": state.get("last_restart_reason"),
+        "last_restart_at": state.get("last_restart_at"),
+        "reconcile_error": state.get("reconcile_error"),
+        "log": str(paths.supervisor_log),
+    }
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:]) + f" (log {path})"
+    except OSError:
+        return f"(no log at {path})"
 
 
 def _reconciled(settings: Settings, ports: Ports) -> dict[str, Any]:
@@ -235,26 +354,53 @@ def _reconciled(settings: Settings, ports: Ports) -> dict[str, Any]:
 
 
 def down(settings: Settings, timeout_s: float = 20.0) -> dict[str, Any]:
-    """Stop the server started by `up` (SIGTERM, then SIGKILL after `timeout_s`)."""
+    """Stop the supervisor (so nothing restarts the server), then the server (SIGTERM, SIGKILL after `timeout_s`)."""
     paths = TritonPaths.from_settings(settings)
-    pid = _running_pid(paths)
+    paths.state.mkdir(parents=True, exist_ok=True)
+    with file_lock(paths.control_lock):
+        return _stop(paths, timeout_s)
+
+
+def _stop(paths: TritonPaths, timeout_s: float = 20.0) -> dict[str, Any]:
+    supervisor = _stop_supervisor(paths)
+    pid = running_pid(paths)
     if pid is None:
         paths.pid_file.unlink(missing_ok=True)
-        return {"status": "not running"}
+        return {"status": "not running", "supervisor": supervisor}
     os.killpg(pid, signal.SIGTERM)  # its own session: the python-backend stubs go with it
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _running_pid(paths) is not None:
+    while time.monotonic() < deadline and running_pid(paths) is not None:
         _reap(pid)  # a server that is our own child stays a zombie (and looks alive) until reaped
         time.sleep(0.1)
-    if _running_pid(paths) is not None:
+    if running_pid(paths) is not None:
         os.killpg(pid, signal.SIGKILL)
     _reap(pid)
     paths.pid_file.unlink(missing_ok=True)
-    return {"status": "stopped", "pid": pid}
+    return {"status": "stopped", "pid": pid, "supervisor": supervisor}
+
+
+def _stop_supervisor(paths: TritonPaths, timeout_s: float = 10.0) -> int | None:
+    """SIGTERM the supervisor and wait until it is gone (SIGKILL after `timeout_s`); its pid, or None."""
+    pid = supervisor_pid(paths)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)  # it exits without touching the server (see triton_supervisor)
+        deadline = time.monotonic() + timeout_s
+        while supervisor_pid(paths) is not None and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.05)
+        if supervisor_pid(paths) is not None:  # stuck: it cannot start anything once killed
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while supervisor_pid(paths) is not None and time.monotonic() < deadline:
+                _reap(pid)
+                time.sleep(0.05)
+        _reap(pid)
+    paths.supervisor_pid_file.unlink(missing_ok=True)
+    return pid
 
 
 def _reap(pid: int) -> None:
-    """Collect the exit status when the server was our own child, so no zombie is left behind."""
+    """Collect the exit status when the process was our own child, so no zombie is left behind."""
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
@@ -262,11 +408,19 @@ def _reap(pid: int) -> None:
 
 
 def status(settings: Settings) -> dict[str, Any]:
-    """Whether the server runs and is ready, and which models/versions it has loaded."""
+    """Whether the server runs and is ready, which models/versions it has loaded, and its supervisor's record."""
     paths, ports = TritonPaths.from_settings(settings), Ports.from_env()
-    pid = _running_pid(paths)
+    pid = running_pid(paths)
     ready = is_ready(ports)
     models: list[Any] = []
     if ready:
         models = requests.post(f"{ports.http_url}/v2/repository/index", json={}, timeout=5).json()
-    return {"running": pid is not None, "pid": pid, "ready": ready, "url": ports.http_url, "models": models}
+    supervisor = supervisor_pid(paths)
+    return {
+        "running": pid is not None,
+        "pid": pid,
+        "ready": ready,
+        "url": ports.http_url,
+        "models": models,
+        "supervisor": _supervisor_view(paths, supervisor, supervisor_state(paths)),
+    }

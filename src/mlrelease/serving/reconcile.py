@@ -14,7 +14,7 @@ from typing import Any
 from mlrelease.errors import StepError
 from mlrelease.registry import MODEL_NAME
 from mlrelease.serving.triton_client import TritonClient, TritonUnreachable
-from mlrelease.serving.triton_repo import read_config
+from mlrelease.serving.triton_repo import model_repository, read_config
 from mlrelease.settings import Settings
 
 RELOAD_TIMEOUT_S = 60.0  # a CPU python-backend version loads in a few seconds; a GPU one may take longer
@@ -22,8 +22,6 @@ RELOAD_TIMEOUT_S = 60.0  # a CPU python-backend version loads in a few seconds; 
 
 def declared_versions(settings: Settings) -> list[int]:
     """The versions the production repository's policy serves (empty when the model is disabled or absent)."""
-    from mlrelease.steps.export import model_repository
-
     root = model_repository(settings)
     if not (root / MODEL_NAME / "config.pbtxt").is_file():
         return []
@@ -37,7 +35,6 @@ def reconcile(settings: Settings, url: str, *, timeout_s: float = RELOAD_TIMEOUT
     one case that needs a person.
     """
     from mlrelease.serving.endpoint import publish_to_local_server
-    from mlrelease.steps.export import model_repository
 
     declared = declared_versions(settings)
     if not declared:

@@ -20,10 +20,16 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from mlrelease.settings import Settings
 from mlrelease.storage import sha256, write_text_atomic
 
 MODEL_FILE = "model.onnx"
 METADATA_FILE = "model_config.json"
+
+
+def model_repository(settings: Settings) -> Path:
+    """The production-format Triton model repository (MLRELEASE_MODEL_REPOSITORY, default under MLRELEASE_HOME)."""
+    return Path(os.environ.get("MLRELEASE_MODEL_REPOSITORY", settings.home / "model_repository")).resolve()
 
 
 @dataclass(frozen=True)

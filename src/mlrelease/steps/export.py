@@ -23,6 +23,7 @@ from mlrelease.serving.integrity import REGISTRY_TAG, graph_problems, one_line, 
 from mlrelease.serving.triton_repo import (
     ServingConfig,
     build_config,
+    model_repository,
     read_metadata,
     version_dir,
     versions_present,
@@ -36,11 +37,6 @@ DEFAULT_PARITY_TOLERANCE = 1e-3
 # `make run CANDIDATE_FAULT=…` sets this for tonight's run only: the candidate is exported with a drill fault
 # (after every export check passed on the good graph), tagged `drill_fault`, to show a gate stopping it.
 DRILL_ENV = "MLRELEASE_DRILL_CANDIDATE_FAULT"
-
-
-def model_repository(settings: Settings) -> Path:
-    """The production-format Triton model repository (MLRELEASE_MODEL_REPOSITORY, default under MLRELEASE_HOME)."""
-    return Path(os.environ.get("MLRELEASE_MODEL_REPOSITORY", settings.home / "model_repository")).resolve()
 
 
 def parity_file(settings: Settings, version: int) -> Path:
