@@ -10,6 +10,7 @@ from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 from airflow.sdk import DAG, CronDataIntervalTimetable, TriggerRule, chain
 
 from mlrelease.stepdefs import NIGHTLY_PARAMS
+from mlrelease_airflow.assets import CHAMPION_MODEL, FEATURE_ASSETS
 from mlrelease_airflow.catalog import dag_params, params_table
 from mlrelease_airflow.factory import step_operator
 from mlrelease_airflow.notifiers import release_alerts
@@ -26,7 +27,8 @@ Every night at 02:00 UTC, for the data interval that just closed (the previous 2
    across partitions, referential integrity, collapsed distributions, ranges and units) and drift per
    partition and over the interval. A failure stops the release with one line per finding; passed
    partitions are approved by SHA-256, and only approved bytes are materialized or trained on.
-3. **materialize** loads exactly the interval (plus an overlap for late rows) into the online store.
+3. **materialize** loads exactly the interval (plus an overlap for late rows) into the online store and
+   updates one Airflow Asset per feature view (`feast://mlrelease/<view>`).
 4. **check_freshness** fails if any feature view's newest event is older than its budget
    (the `freshness_budget_hours` tag on the view) at the interval's end.
 5. **train** fits a candidate on point-in-time-correct features (Feast feature service), evaluates it on a
@@ -46,17 +48,20 @@ Every night at 02:00 UTC, for the data interval that just closed (the previous 2
     every guardrail is a sequential test with a tolerance and a false-verdict rate; it rolls back as soon
     as a fail is established, advances as soon as everything passed after the minimum exposure, rolls one
     cohort back (and diagnoses it), or pauses for a human (the rest of the run is skipped).
-11. **promote** moves the `champion` alias (all traffic first); **retire** unloads the previous champion
-    once its keep window (instant rollback) has passed.
+11. **promote** moves the `champion` alias (all traffic first) and updates the Asset
+    `models:/parcel_eta@champion` (other DAGs may be scheduled on it, or on a feature view's asset: import them
+    from `mlrelease_airflow.assets`); **retire** unloads the previous champion once its keep window (instant
+    rollback) has passed.
 12. **rollback** runs only when a rollout task up to the promotion failed: traffic back to stable, candidate
     unloaded, aliases restored.
 13. **report** writes the run's release report (data quality, metrics vs champion, benchmark curves, shadow,
     rollout timeline) and logs it to MLflow once the release is decided (after promote or rollback); it never
     changes the run's verdict (`release_complete`). The "Release report" link on every task opens it.
 
-Each task runs as a KubernetesPodOperator when `MLRELEASE_RUNNER=kubernetes`, otherwise as a local
-process running the same command. Failures alert through the `mlrelease_alerts` connection
-(or `MLRELEASE_ALERT_WEBHOOK`).
+Each task runs as a KubernetesPodOperator when `MLRELEASE_RUNNER=kubernetes` (deferrable unless
+`MLRELEASE_K8S_DEFERRABLE=false`; on the pod template `MLRELEASE_K8S_POD_TEMPLATE_FILE` when set), otherwise
+as a local process running the same command. Alerts go to the channels configured as Airflow connections:
+`mlrelease_alerts` (generic webhook), `mlrelease_slack` (Slack incoming webhook), `mlrelease_smtp` (e-mail).
 
 #### Parameters (manual trigger form)
 """
@@ -87,7 +92,7 @@ with DAG(
     chain(
         step_operator("apply-features"),
         step_operator("validate-data"),
-        step_operator("materialize"),
+        step_operator("materialize", outlets=list(FEATURE_ASSETS)),
         step_operator("check-freshness"),
         step_operator("train"),
         step_operator("export"),
@@ -112,7 +117,7 @@ with DAG(
     wait_retire = DateTimeSensorAsync(
         task_id="wait_retire", target_time="{{ ti.xcom_pull(task_ids='promote')['previous_unload_after'] }}"
     )
-    promote = step_operator("promote", on_success_callback=release_alerts("promoted"))
+    promote = step_operator("promote", outlets=[CHAMPION_MODEL], on_success_callback=release_alerts("promoted"))
     rollout += [promote, wait_retire, step_operator("retire")]
     chain(dag.get_task("benchmark"), *rollout)
     # Any failed rollout task up to the promotion: traffic back to stable and the candidate cleaned up (a

@@ -1,8 +1,10 @@
-"""Build the KubernetesPodOperator for a step pod: image, RBAC identity, restricted security, GPU placement."""
+"""Build the KubernetesPodOperator for a step pod: image, RBAC identity, restricted security, GPU placement,
+deferrable by default, on the platform team's pod template when one is configured."""
 
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 from mlrelease.exit_codes import EXIT_GATE_FAILED, EXIT_SKIPPED
@@ -19,6 +21,34 @@ def base_exit_code(remote_pod: Any, container: str) -> int | None:
     return int(status.state.terminated.exit_code)
 
 
+def keep_template_tolerations(pod: Any, template: Any) -> Any:
+    """Add the pod template's tolerations to those the step sets (GPU steps) instead of losing them.
+
+    The provider merges a template field by field and the operator's value wins whole, so a GPU step's own
+    toleration would drop the platform team's. A toleration only allows a placement, so joining is always safe;
+    a node selector restricts one, so there the step's (the GPU nodes) still replaces the template's.
+    """
+    if pod.spec is None or template.spec is None:
+        return pod
+    tolerations = list(template.spec.tolerations or [])
+    tolerations += [t for t in pod.spec.tolerations or [] if t not in tolerations]
+    pod.spec.tolerations = tolerations or None
+    return pod
+
+
+def pod_template(path: str | None) -> Any:
+    """The platform's pod template (a V1Pod); None when none is configured. A configured file must exist: the
+    provider would log a warning and build the pod without it, the platform's patches silently lost."""
+    if not path:
+        return None
+    from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+    from airflow.sdk.exceptions import AirflowFailException
+
+    if not os.path.isfile(path):
+        raise AirflowFailException(f"pod template file {path} (MLRELEASE_K8S_POD_TEMPLATE_FILE) does not exist")
+    return PodGenerator.deserialize_model_file(path)
+
+
 @functools.cache
 def step_pod_operator_class() -> type:
     """KubernetesPodOperator that fails a gate verdict (exit 3) without retries, like the local runner.
@@ -31,17 +61,42 @@ def step_pod_operator_class() -> type:
     class StepPodOperator(KubernetesPodOperator):
         """A step pod; exit 3 means the same inputs would get the same verdict, so retrying is pointless.
 
+        Exit codes are mapped in `cleanup`, which both modes end in: the synchronous `execute` and, when
+        deferrable, `trigger_reentry` (the provider's resume method after the pod trigger fires), whose own
+        "pod failed" error is replaced by what `cleanup` raises (skip for exit 4, fail without retry for exit 3).
+
         A tick step (the stage analysis) that has not decided defers until its next check, then runs a new pod.
         """
 
+        _reentry_result: Any = None
+
         def execute(self, context: Any) -> Any:
             result = super().execute(context)
+            if self.deferrable:
+                # Reached only when the provider did not defer (the pod had already finished): it then calls
+                # trigger_reentry itself and drops its return value; ours kept it.
+                result = self._reentry_result
+            defer_until_next_check(self, result)
+            return result
+
+        def trigger_reentry(self, context: Any, event: dict[str, Any]) -> Any:
+            """Resume after the pod trigger fired: the provider reads logs, XCom and exit code; then our tick."""
+            result = super().trigger_reentry(context, event)
+            self._reentry_result = result
             defer_until_next_check(self, result)
             return result
 
         def execute_again(self, context: Any, event: Any = None) -> Any:
-            """Resume after a deferral: run the tick step's pod again."""
+            """Resume after a tick's deferral: run the tick step again, in a new pod."""
+            # The previous tick's pod is done: never reattach to it (an in-process run keeps this object).
+            self.pod, self.pod_request_obj, self.remote_pod, self._reentry_result = None, None, None, None
             return self.execute(context)
+
+        def build_pod_request_obj(self, context: Any = None, *, dry_run: bool = False) -> Any:
+            """The pod, merged onto the platform's pod template when one is configured."""
+            template = pod_template(self.pod_template_file)  # before the provider, which ignores a missing file
+            pod = super().build_pod_request_obj(context, dry_run=dry_run)
+            return pod if template is None else keep_template_tolerations(pod, template)
 
         def cleanup(self, pod: Any, remote_pod: Any, *args: Any, **kwargs: Any) -> None:
             try:
@@ -129,5 +184,9 @@ def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSetting
         get_logs=True,
         on_finish_action="delete_succeeded_pod",
         startup_timeout_seconds=600 if pod.needs_gpu else 120,
+        # Deferrable: once the pod runs, the task waits in the triggerer and frees its worker slot.
+        deferrable=cluster.deferrable,
+        # The platform's pod template, under the step's settings (the restricted security context always wins).
+        pod_template_file=cluster.pod_template_file,
         **kwargs,
     )

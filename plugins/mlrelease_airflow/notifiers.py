@@ -1,35 +1,46 @@
 """Release alerts from task callbacks: the generic webhook (JSON or Slack-compatible POST) and `release_alerts`,
-which gives a callback list with one notifier per channel (webhook, Slack, e-mail; see notify_*.py)."""
+which gives a callback list with one notifier per channel (webhook, Slack, e-mail; see notify_*.py).
+
+Every channel is configured only by its Airflow connection (any secrets backend, e.g. `AIRFLOW_CONN_<ID>`):
+`mlrelease_alerts` (this webhook), `mlrelease_slack` (Slack incoming webhook), `mlrelease_smtp` (e-mail). A
+channel without its connection is skipped with a log line.
+"""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from airflow.sdk import BaseNotifier
 
-from mlrelease_airflow.notify_alert import alert_from_context, check_event
+from mlrelease_airflow.notify_alert import (
+    AlertDeliveryError,
+    alert_from_context,
+    check_event,
+    connection_or_none,
+    events_filter,
+    subscribed,
+)
 from mlrelease_airflow.notify_email import EmailAlertNotifier
 from mlrelease_airflow.notify_slack import SlackAlertNotifier
 
 DEFAULT_CONN_ID = "mlrelease_alerts"
+FORMATS = ("json", "slack")
 
 
-def webhook_url(conn_id: str) -> str | None:
-    """The webhook from Airflow connection `conn_id` (extra `url`, or host/port/path), else MLRELEASE_ALERT_WEBHOOK."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
-        return os.environ.get("MLRELEASE_ALERT_WEBHOOK") or None
+def connection_url(conn: Any) -> str:
+    """The webhook URL of an `http`/`https` connection: extra `url`, else scheme://host[:port][/schema as path]."""
     if conn.extra_dejson.get("url"):
         return str(conn.extra_dejson["url"])
     scheme = "https" if conn.conn_type == "https" else "http"
     port = f":{conn.port}" if conn.port else ""
     path = f"/{conn.schema}" if conn.schema else ""
     return f"{scheme}://{conn.host}{port}{path}"
+
+
+def webhook_url(conn_id: str) -> str | None:
+    """The webhook of Airflow connection `conn_id`; None when there is no such connection."""
+    conn = connection_or_none(conn_id)
+    return connection_url(conn) if conn is not None else None
 
 
 VERBS = {
@@ -69,11 +80,14 @@ def alert_payload(context: dict[str, Any], fmt: str, event: str = "task_failed")
 
 
 class WebhookAlertNotifier(BaseNotifier):
-    """POST an alert (failure, rollback, pause) to a webhook from an Airflow connection or MLRELEASE_ALERT_WEBHOOK.
+    """POST an alert (failure, rollback, promotion, pause) to the webhook of an Airflow connection.
 
-    :param conn_id: Airflow connection holding the webhook URL.
-    :param payload_format: ``json`` (default) or ``slack`` (incoming-webhook compatible). Falls back to
-        MLRELEASE_ALERT_FORMAT when not given.
+    The connection (type `http` or `https`): extra `url`, or host/port/schema (the path); optional extras
+    `format` (`json`, the default, or `slack` for a Slack-compatible incoming webhook) and `events` (the
+    comma-separated events it receives; default every event).
+
+    :param conn_id: Airflow connection holding the webhook.
+    :param payload_format: ``json`` or ``slack``; overrides the connection's `format` extra when given.
     :param timeout: seconds to wait for the receiver.
     :param event: the alert's `event` field: task_failed (default), rolled_back, promoted, task_skipped.
     """
@@ -94,15 +108,25 @@ class WebhookAlertNotifier(BaseNotifier):
         self.timeout = timeout
 
     def notify(self, context: Any) -> None:
-        """Send the alert; no webhook configured means log and return (alerts must never mask the failure)."""
+        """Send the alert; no connection means log and return (alerts must never mask the failure)."""
         import requests
 
-        url = webhook_url(self.conn_id)
-        if not url:
-            self.log.warning("no alert webhook configured (connection %s or MLRELEASE_ALERT_WEBHOOK)", self.conn_id)
+        conn = connection_or_none(self.conn_id)
+        if conn is None:
+            self.log.warning("webhook alert skipped: no connection %s", self.conn_id)
             return
-        fmt = self.payload_format or os.environ.get("MLRELEASE_ALERT_FORMAT", "json")
-        response = requests.post(url, json=alert_payload(context, fmt, self.event), timeout=self.timeout)
+        source = f"connection {self.conn_id} extra events"
+        if not subscribed(events_filter(conn), self.event, source=source):
+            self.log.info("webhook alert skipped: %s is not in the events of connection %s", self.event, self.conn_id)
+            return
+        fmt = self.payload_format or conn.extra_dejson.get("format") or "json"
+        if fmt not in FORMATS:
+            raise AlertDeliveryError(
+                f"connection {self.conn_id}: format must be one of {', '.join(FORMATS)}; got {fmt!r}"
+            )
+        response = requests.post(
+            connection_url(conn), json=alert_payload(context, fmt, self.event), timeout=self.timeout
+        )
         response.raise_for_status()
 
 

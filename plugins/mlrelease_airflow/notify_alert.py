@@ -8,7 +8,6 @@ rollout record) is best-effort: a failing lookup is logged and left out, it neve
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -222,7 +221,23 @@ def _rollout_record(key: str | None) -> Any:
     return record
 
 
-def env_or_none(name: str) -> str | None:
-    """Environment variable `name`, None when unset or blank."""
-    value = os.environ.get(name, "").strip()
-    return value or None
+def connection_or_none(conn_id: str) -> Any:
+    """Airflow connection `conn_id` (from any secrets backend, e.g. `AIRFLOW_CONN_<ID>`), None when it does not exist.
+
+    Looked up when an alert fires, never at DAG parse time (which must not touch connections).
+    """
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+
+
+def events_filter(conn: Any) -> str | None:
+    """The connection's `events` extra: the comma-separated events its channel receives (None: every event)."""
+    value = conn.extra_dejson.get("events")
+    if isinstance(value, list):
+        value = ",".join(str(v) for v in value)
+    return value

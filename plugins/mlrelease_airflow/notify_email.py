@@ -1,15 +1,15 @@
 """E-mail alerts over SMTP: a multipart text + HTML message with the task, the rollout numbers and links to the
 release report and the task log.
 
-The server comes from the Airflow connection `mlrelease_smtp` (type *SMTP*, the SMTP provider's fields: host,
-port, login, password; extras `from_email`, `to`, `disable_ssl`, `disable_tls`, `timeout`, `ca_file`), else
-from MLRELEASE_SMTP_URL (`smtp://user:pass@host:587` with STARTTLS, `smtps://…:465` with implicit TLS,
-`smtp://host:25?starttls=false` for a plain local relay). Recipients and sender: the connection's `to` /
-`from_email`, else MLRELEASE_ALERT_EMAIL_TO / MLRELEASE_ALERT_EMAIL_FROM.
+The server is the Airflow connection `mlrelease_smtp` (type *SMTP*, the SMTP provider's fields: host, port,
+login, password; extras `from_email`, `disable_ssl`, `disable_tls`, `timeout`) plus extras `to` (recipients,
+comma- or semicolon-separated, or a list), `ca_file` (a CA bundle to verify the server with) and `events` (the
+comma-separated events the channel receives). No connection: the channel is skipped. As a URI (STARTTLS on 587):
+`AIRFLOW_CONN_MLRELEASE_SMTP='smtp://user:pass@mail.example.org:587?disable_ssl=true&from_email=ml%40example.org&to=…'`.
 
 Sent with the standard library (`smtplib`, `email.message`): the SMTP provider's notifier and hook only build a
-single HTML part, and its hook retries a refused send five times.
-"""
+single HTML part, cannot verify against a private CA (`ssl_context` is `default` or `none`), and retry a refused
+send five times."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 from airflow.sdk import BaseNotifier
 
@@ -31,17 +30,13 @@ from mlrelease_airflow.notify_alert import (
     AlertDeliveryError,
     alert_from_context,
     check_event,
-    env_or_none,
+    connection_or_none,
+    events_filter,
     subscribed,
 )
 
 SMTP_CONN_ID = "mlrelease_smtp"
 DEFAULT_PORTS = {"ssl": 465, "starttls": 587, "none": 25}  # by security mode
-SMTP_URL_ENV = "MLRELEASE_SMTP_URL"
-EMAIL_TO_ENV = "MLRELEASE_ALERT_EMAIL_TO"
-EMAIL_FROM_ENV = "MLRELEASE_ALERT_EMAIL_FROM"
-EMAIL_EVENTS_ENV = "MLRELEASE_ALERT_EMAIL_EVENTS"
-URL_OPTIONS = ("starttls", "timeout", "ca_file")
 TRUE = ("1", "true", "yes", "on")
 
 
@@ -78,40 +73,6 @@ def _flag(value: Any) -> bool:
     return str(value).strip().lower() in TRUE
 
 
-def settings_from_url(url: str, *, source: str = SMTP_URL_ENV) -> SmtpSettings:
-    """Parse MLRELEASE_SMTP_URL; errors name the variable and what is wrong (never echo the password)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("smtp", "smtps"):
-        raise AlertDeliveryError(f"{source} must start with smtp:// or smtps://, got scheme {parts.scheme!r}")
-    if not parts.hostname:
-        raise AlertDeliveryError(f"{source} has no host (expected smtp://[user:password@]host[:port])")
-    options = parse_qs(parts.query)
-    unknown = sorted(set(options) - set(URL_OPTIONS))
-    if unknown:
-        raise AlertDeliveryError(f"{source}: unknown option(s) {', '.join(unknown)}; known: {', '.join(URL_OPTIONS)}")
-    if parts.scheme == "smtps":
-        security = "ssl"
-    else:
-        security = "starttls" if _flag(options.get("starttls", ["true"])[0]) else "none"
-    try:
-        port = parts.port or DEFAULT_PORTS[security]
-        timeout = float(options.get("timeout", ["30"])[0])
-    except ValueError as exc:
-        raise AlertDeliveryError(f"{source}: bad port or timeout ({exc})") from None
-    return SmtpSettings(
-        host=parts.hostname,
-        port=port,
-        security=security,
-        login=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password else None,
-        sender=env_or_none(EMAIL_FROM_ENV),
-        recipients=addresses(env_or_none(EMAIL_TO_ENV)),
-        timeout=timeout,
-        ca_file=options.get("ca_file", [None])[0],
-        source=source,
-    )
-
-
 def settings_from_connection(conn: Any) -> SmtpSettings:
     """Read an SMTP connection with the SMTP provider's semantics: implicit TLS unless `disable_ssl`,
     else STARTTLS unless `disable_tls`."""
@@ -133,8 +94,8 @@ def settings_from_connection(conn: Any) -> SmtpSettings:
         security=security,
         login=conn.login or None,
         password=conn.password or None,
-        sender=extra.get("from_email") or env_or_none(EMAIL_FROM_ENV),
-        recipients=addresses(extra.get("to")) or addresses(env_or_none(EMAIL_TO_ENV)),
+        sender=extra.get("from_email") or None,
+        recipients=addresses(extra.get("to")),
         timeout=timeout,
         ca_file=extra.get("ca_file"),
         source=f"connection {conn.conn_id}",
@@ -142,16 +103,9 @@ def settings_from_connection(conn: Any) -> SmtpSettings:
 
 
 def smtp_settings(conn_id: str) -> SmtpSettings | None:
-    """The SMTP settings from Airflow connection `conn_id`, else MLRELEASE_SMTP_URL; None when neither is set."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
-        url = env_or_none(SMTP_URL_ENV)
-        return settings_from_url(url) if url else None
-    return settings_from_connection(conn)
+    """The SMTP settings of Airflow connection `conn_id`; None when there is no such connection."""
+    conn = connection_or_none(conn_id)
+    return settings_from_connection(conn) if conn is not None else None
 
 
 def _html(alert: Alert) -> str:
@@ -231,7 +185,7 @@ def send_email(settings: SmtpSettings, msg: EmailMessage) -> None:
 
 
 class EmailAlertNotifier(BaseNotifier):
-    """E-mail an alert over SMTP (connection `mlrelease_smtp` or MLRELEASE_SMTP_URL).
+    """E-mail an alert over SMTP (connection `mlrelease_smtp`).
 
     :param event: task_failed (default), rolled_back, promoted or task_skipped.
     :param conn_id: Airflow connection of type *SMTP*.
@@ -246,19 +200,18 @@ class EmailAlertNotifier(BaseNotifier):
 
     def notify(self, context: Any) -> None:
         """Send the e-mail; skip (logged) when unconfigured or not subscribed; raise when delivery fails."""
-        settings = smtp_settings(self.conn_id)
-        if settings is None:
-            self.log.info("e-mail alert skipped: no connection %s and no %s", self.conn_id, SMTP_URL_ENV)
+        conn = connection_or_none(self.conn_id)
+        if conn is None:
+            self.log.info("e-mail alert skipped: no connection %s", self.conn_id)
             return
-        if not subscribed(env_or_none(EMAIL_EVENTS_ENV), self.event, source=EMAIL_EVENTS_ENV):
-            self.log.info("e-mail alert skipped: %s is not in %s", self.event, EMAIL_EVENTS_ENV)
+        if not subscribed(events_filter(conn), self.event, source=f"connection {self.conn_id} extra events"):
+            self.log.info("e-mail alert skipped: %s is not in the events of connection %s", self.event, self.conn_id)
             return
+        settings = settings_from_connection(conn)
         if not settings.sender:
-            raise AlertDeliveryError(
-                f"e-mail alert via {settings.where}: no sender (extra from_email or {EMAIL_FROM_ENV})"
-            )
+            raise AlertDeliveryError(f"e-mail alert via {settings.where}: no sender (extra from_email)")
         if not settings.recipients:
-            raise AlertDeliveryError(f"e-mail alert via {settings.where}: no recipients (extra to or {EMAIL_TO_ENV})")
+            raise AlertDeliveryError(f"e-mail alert via {settings.where}: no recipients (extra to)")
         msg = email_message(alert_from_context(context, self.event), settings.sender, settings.recipients)
         send_email(settings, msg)
         self.log.info("e-mail alert sent (%s) to %s via %s", self.event, ", ".join(settings.recipients), settings.where)

@@ -1,13 +1,14 @@
 """Slack alerts through an incoming webhook: a Block Kit message with the task, the rollout numbers and links
-to the release report and the task log.
+to the release report and the task log, sent by the Slack provider's `SlackWebhookNotifier`.
 
-The webhook comes from the Airflow connection `mlrelease_slack` (type *Slack Incoming Webhook*, read by the
-official Slack provider's hook), else from MLRELEASE_SLACK_WEBHOOK; neither means the channel is skipped.
+The webhook is the Airflow connection `mlrelease_slack` (type *Slack Incoming Webhook*, read by the provider's
+hook: password = the webhook URL, or host = base URL and password = the token; extras `timeout`, `proxy`), with
+an optional extra `events` (the comma-separated events the channel receives). No connection: the channel is
+skipped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,13 +20,12 @@ from mlrelease_airflow.notify_alert import (
     AlertDeliveryError,
     alert_from_context,
     check_event,
-    env_or_none,
+    connection_or_none,
+    events_filter,
     subscribed,
 )
 
 SLACK_CONN_ID = "mlrelease_slack"
-SLACK_WEBHOOK_ENV = "MLRELEASE_SLACK_WEBHOOK"
-SLACK_EVENTS_ENV = "MLRELEASE_SLACK_EVENTS"
 # Block Kit limits (https://docs.slack.dev/reference/block-kit/blocks): header text 150, section text 3000,
 # a section field 2000 and at most 10 fields.
 HEADER_MAX, TEXT_MAX, FIELD_MAX, FIELDS_MAX = 150, 3000, 2000, 10
@@ -105,55 +105,14 @@ def _button(label: str, url: str | None, action_id: str, *, primary: bool = Fals
     return button
 
 
-@dataclass(frozen=True)
-class SlackTarget:
-    """A configured webhook: the client to post with, and where it was configured (for messages)."""
-
-    client: Any  # slack_sdk.WebhookClient
-    source: str
-
-    @property
-    def where(self) -> str:
-        """The webhook's scheme and host only: the path of a Slack webhook URL is its secret."""
-        parts = urlsplit(self.client.url)
-        return f"{parts.scheme}://{parts.netloc}/… ({self.source})"
-
-
-def _has_connection(conn_id: str) -> bool:
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
-        return False
-    return True
-
-
-def slack_target(conn_id: str, timeout: float) -> SlackTarget | None:
-    """The webhook from Airflow connection `conn_id`, else MLRELEASE_SLACK_WEBHOOK; None when neither is set."""
-    if _has_connection(conn_id):
-        from airflow.providers.slack.hooks.slack_webhook import SlackWebhookHook
-
-        # The provider's hook reads the connection (password = webhook URL or token, host = base URL, extras
-        # timeout/proxy) and builds slack_sdk's WebhookClient; a connection without a webhook raises here.
-        try:
-            client = SlackWebhookHook(slack_webhook_conn_id=conn_id, timeout=int(timeout)).get_conn()
-        except Exception as exc:
-            raise AlertDeliveryError(f"Slack connection {conn_id!r} is not usable: {exc}") from exc
-        return SlackTarget(client, f"connection {conn_id}")
-    url = env_or_none(SLACK_WEBHOOK_ENV)
-    if url is None:
-        return None
-    if urlsplit(url).scheme not in ("http", "https"):
-        raise AlertDeliveryError(f"{SLACK_WEBHOOK_ENV} must be an http(s) URL, got one starting {url[:8]!r}")
-    from slack_sdk import WebhookClient
-
-    return SlackTarget(WebhookClient(url=url, timeout=int(timeout)), SLACK_WEBHOOK_ENV)
+def webhook_where(url: str, source: str) -> str:
+    """The webhook's scheme and host only, for messages: the path of a Slack webhook URL is its secret."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/… ({source})"
 
 
 class SlackAlertNotifier(BaseNotifier):
-    """Post an alert to a Slack incoming webhook (connection `mlrelease_slack` or MLRELEASE_SLACK_WEBHOOK).
+    """Post an alert to the Slack incoming webhook of connection `mlrelease_slack`, with the provider's notifier.
 
     :param event: task_failed (default), rolled_back, promoted or task_skipped.
     :param conn_id: Airflow connection of type *Slack Incoming Webhook*.
@@ -170,20 +129,34 @@ class SlackAlertNotifier(BaseNotifier):
 
     def notify(self, context: Any) -> None:
         """Send the message; skip (logged) when unconfigured or not subscribed; raise when delivery fails."""
-        target = slack_target(self.conn_id, self.timeout)
-        if target is None:
-            self.log.info("Slack alert skipped: no connection %s and no %s", self.conn_id, SLACK_WEBHOOK_ENV)
+        conn = connection_or_none(self.conn_id)
+        if conn is None:
+            self.log.info("Slack alert skipped: no connection %s", self.conn_id)
             return
-        if not subscribed(env_or_none(SLACK_EVENTS_ENV), self.event, source=SLACK_EVENTS_ENV):
-            self.log.info("Slack alert skipped: %s is not in %s", self.event, SLACK_EVENTS_ENV)
+        if not subscribed(events_filter(conn), self.event, source=f"connection {self.conn_id} extra events"):
+            self.log.info("Slack alert skipped: %s is not in the events of connection %s", self.event, self.conn_id)
             return
         message = slack_message(alert_from_context(context, self.event))
+        # Imported here: the provider loads slack_sdk, which DAG parsing must not pay for.
+        from airflow.providers.slack.notifications.slack_webhook import SlackWebhookNotifier
+        from airflow.sdk.exceptions import AirflowException
+
+        sender = SlackWebhookNotifier(
+            slack_webhook_conn_id=self.conn_id,
+            text=message["text"],
+            blocks=message["blocks"],
+            timeout=int(self.timeout),
+        )
         try:
-            response = target.client.send_dict(message)
+            # The provider's hook reads the connection and builds slack_sdk's WebhookClient; no webhook raises here.
+            where = webhook_where(sender.hook.client.url, f"connection {self.conn_id}")
         except Exception as exc:
-            raise AlertDeliveryError(f"Slack alert to {target.where} failed: {exc}") from exc
-        if response.status_code != 200:
-            raise AlertDeliveryError(
-                f"Slack alert to {target.where} was refused: HTTP {response.status_code} {str(response.body)[:300]!r}"
-            )
-        self.log.info("Slack alert sent (%s) to %s", self.event, target.where)
+            raise AlertDeliveryError(f"Slack connection {self.conn_id!r} is not usable: {exc}") from exc
+        try:
+            # notify(), not the notifier's __call__: the message is final, Jinja must not render an error text.
+            sender.notify(context)
+        except AirflowException as exc:  # the provider's check of the webhook's answer (not HTTP 200)
+            raise AlertDeliveryError(f"Slack alert to {where} was refused: {exc}") from exc
+        except Exception as exc:
+            raise AlertDeliveryError(f"Slack alert to {where} failed: {exc}") from exc
+        self.log.info("Slack alert sent (%s) to %s", self.event, where)

@@ -72,6 +72,22 @@ class StepPod:
         return self.resources.gpus > 0
 
 
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def env_flag(name: str, *, default: bool) -> bool:
+    """Boolean variable `name`: true/false, yes/no, on/off or 1/0; unset or blank: `default`; else an error."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in TRUE_WORDS:
+        return True
+    if value in FALSE_WORDS:
+        return False
+    raise ValueError(f"{name} must be one of {', '.join(TRUE_WORDS + FALSE_WORDS)}; got {value!r}")
+
+
 @dataclass(frozen=True)
 class ClusterSettings:
     """Where and as whom step pods run on Kubernetes; read from MLRELEASE_K8S_* variables."""
@@ -86,6 +102,11 @@ class ClusterSettings:
     run_as_user: int = 10001
     gateway_config_map: str = "mlrelease-gateway-config"
     traffic_router: str = "gateway"  # MLRELEASE_TRAFFIC_ROUTER: `httproute` routing steps talk to the Kubernetes API
+    # MLRELEASE_K8S_DEFERRABLE: a running step waits in the triggerer, not in a worker slot (needs a triggerer).
+    deferrable: bool = True
+    # MLRELEASE_K8S_POD_TEMPLATE_FILE: a pod YAML the platform team owns (labels, tolerations, pull secrets…),
+    # read by the worker when it builds the pod; the step's own settings win where both set a field.
+    pod_template_file: str | None = None
 
     def image_for(self, pod: StepPod) -> str:
         """The pod's image: its own (e.g. the perf_analyzer image built on the Triton SDK) or the step image."""
@@ -109,6 +130,8 @@ class ClusterSettings:
             gpu_toleration_key=get("MLRELEASE_K8S_GPU_TOLERATION", "nvidia.com/gpu"),
             gateway_config_map=get("MLRELEASE_K8S_GATEWAY_CONFIGMAP", "mlrelease-gateway-config"),
             traffic_router=get("MLRELEASE_TRAFFIC_ROUTER", "gateway"),
+            deferrable=env_flag("MLRELEASE_K8S_DEFERRABLE", default=True),
+            pod_template_file=get("MLRELEASE_K8S_POD_TEMPLATE_FILE", "").strip() or None,
         )
 
     def needs_api_token(self, pod: StepPod) -> bool:

@@ -267,7 +267,7 @@ def airflow(
         "MLRELEASE_REPO": str(REPO),
         "MLRELEASE_HOME": str(live_home),
         "MLRELEASE_TASK_RETRIES": "0",
-        "MLRELEASE_ALERT_WEBHOOK": alerts.url,
+        "AIRFLOW_CONN_MLRELEASE_ALERTS": json.dumps({"conn_type": "http", "extra": {"url": alerts.url}}),
         "MLRELEASE_TRITON_HTTP_PORT": str(free_port()),
         "MLRELEASE_TRITON_GRPC_PORT": str(free_port()),
         "MLRELEASE_TRITON_METRICS_PORT": str(free_port()),

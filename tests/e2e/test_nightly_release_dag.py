@@ -51,7 +51,7 @@ def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedPro
         "MLRELEASE_REPO": str(REPO),
         "MLRELEASE_HOME": str(home),
         "MLRELEASE_TASK_RETRIES": "0",
-        "MLRELEASE_ALERT_WEBHOOK": webhook,
+        "AIRFLOW_CONN_MLRELEASE_ALERTS": json.dumps({"conn_type": "http", "extra": {"url": webhook}}),
     }
     env.pop("MLRELEASE_XCOM_PATH", None)
     proc = subprocess.run(

@@ -1,5 +1,6 @@
 """The alert notifiers talk to real local receivers: an HTTP server for the webhook and Slack, a real SMTP
-server (aiosmtpd) for e-mail, with STARTTLS, implicit TLS and AUTH against a throwaway certificate."""
+server (aiosmtpd) for e-mail, with STARTTLS, implicit TLS and AUTH against a throwaway certificate. Every channel
+is configured as Airflow configures connections from the environment (`AIRFLOW_CONN_<ID>`), and only so."""
 
 from __future__ import annotations
 
@@ -59,14 +60,6 @@ def alert_env(home, monkeypatch):
     """An isolated MLRELEASE_HOME, a web report base URL, and no alert channel configured."""
     monkeypatch.setenv("MLRELEASE_REPORT_BASE_URL", BASE)
     for name in (
-        "MLRELEASE_ALERT_WEBHOOK",
-        "MLRELEASE_ALERT_FORMAT",
-        "MLRELEASE_SLACK_WEBHOOK",
-        "MLRELEASE_SLACK_EVENTS",
-        "MLRELEASE_SMTP_URL",
-        "MLRELEASE_ALERT_EMAIL_TO",
-        "MLRELEASE_ALERT_EMAIL_FROM",
-        "MLRELEASE_ALERT_EMAIL_EVENTS",
         "AIRFLOW_CONN_MLRELEASE_ALERTS",
         "AIRFLOW_CONN_MLRELEASE_SLACK",
         "AIRFLOW_CONN_MLRELEASE_SMTP",
@@ -78,9 +71,21 @@ def alert_env(home, monkeypatch):
 # --- the generic webhook -------------------------------------------------------------------------------
 
 
-def test_json_alert_from_env_webhook(receiver, alert_env, monkeypatch):
-    monkeypatch.setenv("MLRELEASE_ALERT_WEBHOOK", receiver.url)
-    WebhookAlertNotifier(conn_id="mlrelease_alerts_absent").notify(_context())
+def _webhook(monkeypatch, url: str, **extra) -> None:
+    """The generic webhook channel: an `http` connection with the URL in its extra."""
+    conn = {"conn_type": "http", "extra": {"url": url, **extra}}
+    monkeypatch.setenv("AIRFLOW_CONN_MLRELEASE_ALERTS", json.dumps(conn))
+
+
+def _slack(monkeypatch, url: str, **extra) -> None:
+    """The Slack channel: a Slack Incoming Webhook connection, the webhook URL as its password."""
+    conn = {"conn_type": "slackwebhook", "password": url, "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_MLRELEASE_SLACK", json.dumps(conn))
+
+
+def test_json_alert_from_the_webhook_connection(receiver, alert_env, monkeypatch):
+    _webhook(monkeypatch, receiver.url)
+    WebhookAlertNotifier().notify(_context())
     assert len(receiver.bodies) == 1
     body = receiver.bodies[0]["body"]
     assert receiver.bodies[0]["path"] == "/hooks/alerts"
@@ -118,11 +123,25 @@ def test_connection_given_as_uri(monkeypatch):
 
 
 def test_receiver_error_is_raised_not_swallowed(alert_env, monkeypatch):
-    monkeypatch.setenv("MLRELEASE_ALERT_WEBHOOK", f"http://127.0.0.1:{free_port()}/nothing-listens")
+    _webhook(monkeypatch, f"http://127.0.0.1:{free_port()}/nothing-listens")
     import requests
 
     with pytest.raises(requests.ConnectionError):
-        WebhookAlertNotifier(conn_id="mlrelease_alerts_absent", timeout=2).notify(_context())
+        WebhookAlertNotifier(timeout=2).notify(_context())
+
+
+def test_webhook_format_and_events_from_the_connection(receiver, alert_env, monkeypatch, capsys):
+    WebhookAlertNotifier().notify(_context())  # no connection: skipped, no request
+    assert "webhook alert skipped: no connection mlrelease_alerts" in capsys.readouterr().out
+    _webhook(monkeypatch, receiver.url, format="slack", events="task_failed,rolled_back")
+    WebhookAlertNotifier(event="promoted").notify(_context("promoted"))
+    assert receiver.bodies == []
+    WebhookAlertNotifier(event="rolled_back").notify(_context("rolled_back"))
+    (request,) = receiver.bodies
+    assert request["body"]["text"].startswith(":rotating_light: *nightly_release.rollback* rolled the candidate back")
+    _webhook(monkeypatch, receiver.url, format="xml")
+    with pytest.raises(AlertDeliveryError, match="connection mlrelease_alerts: format must be one of json, slack"):
+        WebhookAlertNotifier().notify(_context())
 
 
 # --- Slack ---------------------------------------------------------------------------------------------
@@ -161,7 +180,7 @@ def _blocks(body: dict, kind: str) -> list[dict]:
 
 @pytest.mark.parametrize("event", EVENTS)
 def test_slack_alert_for_each_event(event, receiver, alert_env, monkeypatch):
-    monkeypatch.setenv("MLRELEASE_SLACK_WEBHOOK", receiver.url)
+    _slack(monkeypatch, receiver.url)
     SlackAlertNotifier(event=event)(_context(event))  # called as Airflow calls a callback (renders, then notifies)
     (request,) = receiver.bodies
     body = request["body"]
@@ -197,16 +216,19 @@ def test_slack_webhook_from_the_connection_url_or_host_and_token(receiver, alert
 
 
 def test_slack_receiver_error_raises_without_leaking_the_webhook_secret(failing_receiver, alert_env, monkeypatch):
-    monkeypatch.setenv("MLRELEASE_SLACK_WEBHOOK", failing_receiver.url)
+    _slack(monkeypatch, failing_receiver.url)
+    # The provider's check of the answer (status and body), prefixed with where it went (host only).
     with pytest.raises(
-        AlertDeliveryError, match=r"Slack alert to http://127\.0\.0\.1:\d+/… .* refused: HTTP 500"
+        AlertDeliveryError,
+        match=r"Slack alert to http://127\.0\.0\.1:\d+/… \(connection mlrelease_slack\) was refused: "
+        r".*Status Code: 500",
     ) as err:
         SlackAlertNotifier().notify(_context())
     assert "invalid_blocks" in str(err.value) and "SECRETTOKEN" not in str(err.value)
 
 
 def test_slack_nothing_listening_raises(alert_env, monkeypatch):
-    monkeypatch.setenv("MLRELEASE_SLACK_WEBHOOK", f"http://127.0.0.1:{free_port()}/services/x")
+    _slack(monkeypatch, f"http://127.0.0.1:{free_port()}/services/x")
     with pytest.raises(AlertDeliveryError, match="Slack alert to .* failed: .*Connection refused"):
         SlackAlertNotifier(timeout=2).notify(_context())
 
@@ -220,14 +242,11 @@ def test_slack_connection_without_webhook_is_a_clear_error(alert_env, monkeypatc
 def test_unconfigured_or_unsubscribed_slack_is_skipped(receiver, alert_env, monkeypatch, capsys):
     SlackAlertNotifier().notify(_context())  # nothing configured: no request, no error
     # The notifier logs through Airflow's structlog (to stdout), not the stdlib logging that caplog sees.
-    assert (
-        "Slack alert skipped: no connection mlrelease_slack and no MLRELEASE_SLACK_WEBHOOK" in capsys.readouterr().out
-    )
-    monkeypatch.setenv("MLRELEASE_SLACK_WEBHOOK", receiver.url)
-    monkeypatch.setenv("MLRELEASE_SLACK_EVENTS", "task_failed,rolled_back")
+    assert "Slack alert skipped: no connection mlrelease_slack" in capsys.readouterr().out
+    _slack(monkeypatch, receiver.url, events="task_failed,rolled_back")
     SlackAlertNotifier(event="promoted").notify(_context("promoted"))
     assert receiver.bodies == []
-    assert "Slack alert skipped: promoted is not in MLRELEASE_SLACK_EVENTS" in capsys.readouterr().out
+    assert "Slack alert skipped: promoted is not in the events of connection mlrelease_slack" in capsys.readouterr().out
     SlackAlertNotifier(event="rolled_back").notify(_context("rolled_back"))
     assert len(receiver.bodies) == 1
 
@@ -326,16 +345,22 @@ def _server_tls(certificate) -> ssl.SSLContext:
     return context
 
 
-def _mail_env(monkeypatch, url: str) -> None:
-    monkeypatch.setenv("MLRELEASE_SMTP_URL", url)
-    monkeypatch.setenv("MLRELEASE_ALERT_EMAIL_FROM", SENDER)
-    monkeypatch.setenv("MLRELEASE_ALERT_EMAIL_TO", ", ".join(TO))
+def _mail_env(monkeypatch, port: int, security: str = "none", **extra) -> None:
+    """The e-mail channel: an SMTP connection with the provider's fields (`security`: none, starttls or ssl)."""
+    flags = {"none": {"disable_ssl": True, "disable_tls": True}, "starttls": {"disable_ssl": True}, "ssl": {}}
+    conn = {
+        "conn_type": "smtp",
+        "host": "127.0.0.1",
+        "port": port,
+        "extra": {**flags[security], "from_email": SENDER, "to": ", ".join(TO), **extra},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_MLRELEASE_SMTP", json.dumps(conn))
 
 
 @pytest.mark.parametrize("event", EVENTS)
 def test_email_alert_for_each_event(event, smtp_server, alert_env, monkeypatch):
     box = Mailbox()
-    _mail_env(monkeypatch, f"smtp://127.0.0.1:{smtp_server(box)}?starttls=false")
+    _mail_env(monkeypatch, smtp_server(box))
     EmailAlertNotifier(event=event)(_context(event))
     (got,) = box.messages
     assert got["from"] == SENDER and got["to"] == list(TO)
@@ -395,10 +420,10 @@ def test_email_over_starttls_with_login_from_the_airflow_connection(smtp_server,
 def test_email_over_implicit_tls_checks_the_certificate(smtp_server, certificate, alert_env, monkeypatch):
     box = Mailbox()
     port = smtp_server(box, ssl_context=_server_tls(certificate))
-    _mail_env(monkeypatch, f"smtps://127.0.0.1:{port}")  # the system CAs do not know the throwaway certificate
-    with pytest.raises(AlertDeliveryError, match="ssl, MLRELEASE_SMTP_URL.*CERTIFICATE_VERIFY_FAILED"):
+    _mail_env(monkeypatch, port, "ssl")  # the system CAs do not know the throwaway certificate
+    with pytest.raises(AlertDeliveryError, match="ssl, connection mlrelease_smtp.*CERTIFICATE_VERIFY_FAILED"):
         EmailAlertNotifier().notify(_context())
-    _mail_env(monkeypatch, f"smtps://127.0.0.1:{port}?ca_file={certificate[0]}")
+    _mail_env(monkeypatch, port, "ssl", ca_file=str(certificate[0]))
     EmailAlertNotifier().notify(_context())
     (got,) = box.messages
     assert got["tls"] and got["message"]["Subject"].startswith("[mlrelease] nightly_release.validate_data failed")
@@ -406,7 +431,7 @@ def test_email_over_implicit_tls_checks_the_certificate(smtp_server, certificate
 
 def test_email_refused_by_the_server_raises(smtp_server, alert_env, monkeypatch):
     box = Mailbox(refuse=TO)
-    _mail_env(monkeypatch, f"smtp://127.0.0.1:{smtp_server(box)}?starttls=false")
+    _mail_env(monkeypatch, smtp_server(box))
     with pytest.raises(AlertDeliveryError, match="e-mail alert via .* failed: .*550.*relaying denied"):
         EmailAlertNotifier().notify(_context())
     box.refuse = TO[1:]  # one recipient accepted, one refused: delivered, and still an error
@@ -416,20 +441,30 @@ def test_email_refused_by_the_server_raises(smtp_server, alert_env, monkeypatch)
 
 
 def test_email_nothing_listening_raises(alert_env, monkeypatch):
-    _mail_env(monkeypatch, f"smtp://127.0.0.1:{free_port()}")
+    _mail_env(monkeypatch, free_port(), "starttls")
     with pytest.raises(AlertDeliveryError, match=r"via 127\.0\.0\.1:\d+ \(starttls.*Connection refused"):
         EmailAlertNotifier().notify(_context())
 
 
 def test_email_unconfigured_is_skipped_and_half_configured_is_an_error(alert_env, monkeypatch, capsys):
-    monkeypatch.setenv("MLRELEASE_ALERT_EMAIL_TO", "oncall@example.org")  # recipients alone configure nothing
     EmailAlertNotifier().notify(_context())
-    assert "e-mail alert skipped: no connection mlrelease_smtp and no MLRELEASE_SMTP_URL" in capsys.readouterr().out
-    monkeypatch.delenv("MLRELEASE_ALERT_EMAIL_TO")
-    monkeypatch.setenv("MLRELEASE_SMTP_URL", f"smtp://127.0.0.1:{free_port()}")
-    monkeypatch.setenv("MLRELEASE_ALERT_EMAIL_FROM", SENDER)
-    with pytest.raises(AlertDeliveryError, match="no recipients .*MLRELEASE_ALERT_EMAIL_TO"):
+    assert "e-mail alert skipped: no connection mlrelease_smtp" in capsys.readouterr().out
+    _mail_env(monkeypatch, free_port(), to="")
+    with pytest.raises(AlertDeliveryError, match=r"no recipients \(extra to\)"):
         EmailAlertNotifier().notify(_context())
+    _mail_env(monkeypatch, free_port(), from_email="")
+    with pytest.raises(AlertDeliveryError, match=r"no sender \(extra from_email\)"):
+        EmailAlertNotifier().notify(_context())
+
+
+def test_email_events_from_the_connection(smtp_server, alert_env, monkeypatch, capsys):
+    box = Mailbox()
+    _mail_env(monkeypatch, smtp_server(box), events="rolled_back")
+    EmailAlertNotifier(event="promoted").notify(_context("promoted"))
+    assert box.messages == []
+    assert "e-mail alert skipped: promoted is not in the events of connection mlrelease_smtp" in capsys.readouterr().out
+    EmailAlertNotifier(event="rolled_back").notify(_context("rolled_back"))
+    assert len(box.messages) == 1
 
 
 # --- all channels together -----------------------------------------------------------------------------
@@ -437,9 +472,9 @@ def test_email_unconfigured_is_skipped_and_half_configured_is_an_error(alert_env
 
 def test_release_alerts_reach_every_configured_channel(receiver, smtp_server, alert_env, monkeypatch):
     box = Mailbox()
-    monkeypatch.setenv("MLRELEASE_ALERT_WEBHOOK", receiver.url)
-    monkeypatch.setenv("MLRELEASE_SLACK_WEBHOOK", receiver.url.replace("/alerts", "/slack"))
-    _mail_env(monkeypatch, f"smtp://127.0.0.1:{smtp_server(box)}?starttls=false")
+    _webhook(monkeypatch, receiver.url)
+    _slack(monkeypatch, receiver.url.replace("/alerts", "/slack"))
+    _mail_env(monkeypatch, smtp_server(box))
     for notifier in release_alerts("rolled_back"):
         notifier(_context("rolled_back"))
     by_path = {r["path"]: r["body"] for r in receiver.bodies}

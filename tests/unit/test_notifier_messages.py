@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlrelease_airflow.notifiers import alert_payload, release_alerts
+from mlrelease_airflow.notifiers import alert_payload, connection_url, release_alerts
 from mlrelease_airflow.notify_alert import AlertDeliveryError, alert_from_context, check_event, subscribed
-from mlrelease_airflow.notify_email import addresses, email_message, settings_from_connection, settings_from_url
+from mlrelease_airflow.notify_email import addresses, email_message, settings_from_connection
 from mlrelease_airflow.notify_slack import slack_message
 
 KEY = "20261129T020000Z"
@@ -234,33 +234,57 @@ def test_json_payload_carries_report_link_and_numbers(home, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("url", "expected"),
+    ("uri", "expected"),
     [
-        ("smtp://alerts:p%40ss@mail.example.org", ("mail.example.org", 587, "starttls", "alerts", "p@ss")),
-        ("smtps://mail.example.org", ("mail.example.org", 465, "ssl", None, None)),
-        ("smtp://127.0.0.1:2525?starttls=false", ("127.0.0.1", 2525, "none", None, None)),
+        (
+            "smtp://alerts:p%40ss@mail.example.org?disable_ssl=true",
+            ("mail.example.org", 587, "starttls", "alerts", "p@ss"),
+        ),
+        ("smtp://mail.example.org", ("mail.example.org", 465, "ssl", None, None)),
+        ("smtp://127.0.0.1:2525?disable_ssl=true&disable_tls=true", ("127.0.0.1", 2525, "none", None, None)),
     ],
 )
-def test_smtp_url_forms(url, expected, monkeypatch):
-    monkeypatch.setenv("MLRELEASE_ALERT_EMAIL_TO", "a@example.org; b@example.org")
-    monkeypatch.setenv("MLRELEASE_ALERT_EMAIL_FROM", "mlrelease@example.org")
-    settings = settings_from_url(url)
+def test_smtp_connection_uri_forms(uri, expected):
+    """AIRFLOW_CONN_MLRELEASE_SMTP as a URI: the SMTP provider's fields, recipients and sender in the query."""
+    from airflow.sdk import Connection
+
+    query = "to=a%40example.org%3B+b%40example.org&from_email=mlrelease%40example.org"
+    uri += ("&" if "?" in uri else "?") + query
+    settings = settings_from_connection(Connection.from_uri(uri, conn_id="mlrelease_smtp"))
     assert (settings.host, settings.port, settings.security, settings.login, settings.password) == expected
     assert settings.recipients == ("a@example.org", "b@example.org") and settings.sender == "mlrelease@example.org"
+    assert settings.where.endswith("connection mlrelease_smtp)")
 
 
 @pytest.mark.parametrize(
-    ("url", "problem"),
+    ("uri", "problem"),
     [
-        ("http://u:secret@mail.example.org", "must start with smtp:// or smtps://"),
-        ("smtp://u:secret@mail.example.org?tls=1", "unknown option.*tls"),
-        ("smtp://u:secret@mail.example.org:notaport", "bad port"),
+        ("smtp://u:secret@mail.example.org:25?timeout=soon", "bad port or timeout"),
+        ("smtp://u:secret@", "has no host"),
     ],
 )
-def test_bad_smtp_url_names_the_problem_not_the_password(url, problem):
-    with pytest.raises(AlertDeliveryError, match=f"MLRELEASE_SMTP_URL.*{problem}") as err:
-        settings_from_url(url)
+def test_bad_smtp_connection_names_the_problem_not_the_password(uri, problem):
+    from airflow.sdk import Connection
+
+    with pytest.raises(AlertDeliveryError, match=f"SMTP connection 'mlrelease_smtp'.*{problem}") as err:
+        settings_from_connection(Connection.from_uri(uri, conn_id="mlrelease_smtp"))
     assert "secret" not in str(err.value)
+
+
+def test_webhook_connection_forms():
+    from airflow.sdk import Connection
+
+    def conn(**fields):
+        return Connection(conn_id="mlrelease_alerts", **fields)
+
+    assert connection_url(conn(conn_type="http", extra=json.dumps({"url": "https://h.example.org/x"}))) == (
+        "https://h.example.org/x"
+    )
+    assert connection_url(conn(conn_type="https", host="h.example.org", schema="hooks/a")) == (
+        "https://h.example.org/hooks/a"
+    )
+    uri = Connection.from_uri("http://127.0.0.1:9999/hooks%2Falerts?format=slack", conn_id="mlrelease_alerts")
+    assert connection_url(uri) == "http://127.0.0.1:9999/hooks/alerts" and uri.extra_dejson["format"] == "slack"
 
 
 def test_smtp_connection_follows_the_provider_fields():
@@ -283,11 +307,20 @@ def test_smtp_connection_follows_the_provider_fields():
 
 
 def test_event_filters():
+    from airflow.sdk import Connection
+
+    from mlrelease_airflow.notify_alert import events_filter
+
     assert subscribed(None, "promoted", source="X") and subscribed(" ", "promoted", source="X")
     assert subscribed("task_failed, rolled_back", "rolled_back", source="X")
     assert not subscribed("task_failed,rolled_back", "promoted", source="X")
-    with pytest.raises(AlertDeliveryError, match="MLRELEASE_SLACK_EVENTS: unknown event.*rollback"):
-        subscribed("rollback", "promoted", source="MLRELEASE_SLACK_EVENTS")
+    source = "connection mlrelease_slack extra events"
+    with pytest.raises(AlertDeliveryError, match=f"{source}: unknown event.*rollback"):
+        subscribed("rollback", "promoted", source=source)
+    # The filter is the channel connection's `events` extra, a string or a list.
+    listed = Connection(conn_id="c", conn_type="http", extra=json.dumps({"events": ["task_failed", "promoted"]}))
+    assert events_filter(listed) == "task_failed,promoted" and subscribed(events_filter(listed), "promoted", source="c")
+    assert events_filter(Connection(conn_id="c", conn_type="http")) is None
 
 
 def test_addresses_split_on_commas_and_semicolons():

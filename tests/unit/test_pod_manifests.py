@@ -8,6 +8,7 @@ import yaml
 from mlrelease.render import render_manifest, render_pods, validation_errors
 from mlrelease_airflow.catalog import STEPS
 from mlrelease_airflow.pod_spec import STATE_MOUNT
+from tests.conftest import REPO
 
 K8S_VERSION = "1.37.0"
 
@@ -90,3 +91,54 @@ def test_render_pods_writes_one_yaml_per_step(tmp_path):
     assert sorted(p.split("/")[-1] for p in result["manifests"]) == sorted(f"{s}.yaml" for s in STEPS)
     loaded = yaml.safe_load((tmp_path / "check-freshness.yaml").read_text())
     assert loaded["kind"] == "Pod" and loaded["apiVersion"] == "v1"
+
+
+# --- the platform's pod template (MLRELEASE_K8S_POD_TEMPLATE_FILE) ------------------------------------------
+
+POD_TEMPLATE = REPO / "deploy" / "airflow" / "step-pod-template.yaml"
+
+
+@pytest.mark.parametrize("step", ["materialize", "benchmark"])  # a CPU step and the GPU step
+def test_pods_merge_the_shipped_pod_template_and_still_validate(step, monkeypatch):
+    monkeypatch.setenv("MLRELEASE_K8S_POD_TEMPLATE_FILE", str(POD_TEMPLATE))
+    template = yaml.safe_load(POD_TEMPLATE.read_text(encoding="utf-8"))
+    manifest = render_manifest(step)
+    assert validation_errors(manifest, K8S_VERSION) == []
+    meta, spec = manifest["metadata"], manifest["spec"]
+    main = next(c for c in spec["containers"] if c["name"] == "base")
+    # What the template adds survives: labels and annotations next to ours, fields the step leaves open, its env.
+    assert meta["labels"]["example.org/cost-center"] == "ml-platform"
+    assert meta["labels"]["app.kubernetes.io/component"] == step
+    assert meta["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
+    assert spec["priorityClassName"] == "ml-batch"
+    assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert {"name": "NO_PROXY", "value": ".svc,.cluster.local"} in main["env"]
+    assert {"name": "MLRELEASE_XCOM_PATH", "value": "/airflow/xcom/return.json"} in main["env"]
+    # Tolerations are joined: the GPU step keeps the platform's and adds its own.
+    platform = template["spec"]["tolerations"]
+    if step == "benchmark":
+        gpu = {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}
+        assert spec["tolerations"] == [*platform, gpu]
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    else:
+        assert spec["tolerations"] == platform
+    # What the step sets wins: image, command, the restricted security contexts, the XCom sidecar.
+    assert main["command"] == ["mlrelease", "step", step]
+    assert main["securityContext"]["readOnlyRootFilesystem"] is True and spec["securityContext"]["runAsNonRoot"]
+    assert [c["name"] for c in spec["containers"]] == ["base", "airflow-xcom-sidecar"]
+
+
+def test_a_configured_pod_template_that_does_not_exist_fails_the_task(monkeypatch, tmp_path):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    missing = tmp_path / "absent.yaml"
+    monkeypatch.setenv("MLRELEASE_K8S_POD_TEMPLATE_FILE", str(missing))
+    with pytest.raises(AirflowFailException, match=f"pod template file {missing} .* does not exist"):
+        render_manifest("materialize")
+
+
+def test_without_a_pod_template_the_operator_gets_none(monkeypatch):
+    monkeypatch.delenv("MLRELEASE_K8S_POD_TEMPLATE_FILE", raising=False)
+    from mlrelease_airflow.factory import step_operator
+
+    assert step_operator("materialize", runner="kubernetes").pod_template_file is None
