@@ -23,6 +23,27 @@ START, END = "2026-11-28T02:00:00+00:00", "2026-11-29T02:00:00+00:00"
 LOAD_FROM = "2026-11-28T00:00:00+00:00"  # START minus the step's default 2 h overlap: the same window for both
 
 
+def cli_yaml(home: Path, backend: str, redis_url: str | None) -> Path:
+    """The repo's YAML for `backend` as the steps read it (state in `home`), written for `feast -f`.
+
+    The repo's YAMLs put state next to the repo (`../.mlrelease`); mlrelease moves it to its MLRELEASE_HOME,
+    the CLI needs a file that says so.
+    """
+    import dataclasses
+
+    import yaml
+
+    from mlrelease.feast_store import config_mapping
+    from mlrelease.settings import Settings
+
+    settings = dataclasses.replace(
+        Settings.from_env(), home=home, online_store=backend, redis_url=redis_url or "", feast_yaml_override=None
+    )
+    path = home / f"feature_store.{backend}.yaml"
+    path.write_text(yaml.safe_dump(config_mapping(settings), sort_keys=False), encoding="utf-8")
+    return path
+
+
 def bench_backend(backend: str, home: Path, repeats: int, redis_url: str | None) -> list[object]:
     """Time both commands on one online store; returns one table row."""
     env = base_env(
@@ -35,13 +56,12 @@ def bench_backend(backend: str, home: Path, repeats: int, redis_url: str | None)
     # Our step loads only partitions validate-data approved (not timed: the gate has its own benchmark).
     gate = [str(BIN / "mlrelease"), "step", "validate-data", "--start", START, "--end", END, "--reference-days", "0"]
     subprocess.run(gate, env=env, check=True, capture_output=True)
-    yaml = "feature_store.yaml" if backend == "sqlite" else "feature_store.redis.yaml"
     feast_cmd = [
         str(BIN / "feast"),
         "-c",
         str(REPO / "feature_repo"),
         "-f",
-        str(REPO / "feature_repo" / yaml),
+        str(cli_yaml(home, backend, redis_url)),
         "materialize",
         LOAD_FROM,
         END,

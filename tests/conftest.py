@@ -47,6 +47,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MLRELEASE_HOME", str(tmp_path))
     monkeypatch.setenv("MLRELEASE_XCOM_PATH", str(tmp_path / "xcom" / "return.json"))
     monkeypatch.delenv("MLRELEASE_ONLINE_STORE", raising=False)
+    monkeypatch.delenv("FEAST_FS_YAML_FILE_PATH", raising=False)  # Feast's own choice of YAML (production's)
     return tmp_path
 
 

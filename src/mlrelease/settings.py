@@ -18,12 +18,16 @@ class Settings:
     online_store: str
     redis_url: str
     xcom_path: Path
+    # Feast's own FEAST_FS_YAML_FILE_PATH (the `feast` CLI reads it too): production points it at
+    # feature_store.production.yaml; unset, the online store picks the YAML (see `feature_store_yaml`).
+    feast_yaml_override: Path | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
         """Read MLRELEASE_* variables, falling back to the embedded defaults under the repo."""
         home = Path(os.environ.get("MLRELEASE_HOME", REPO_ROOT / ".mlrelease")).resolve()
         online_store = os.environ.get("MLRELEASE_ONLINE_STORE", "sqlite")
+        feast_yaml = os.environ.get("FEAST_FS_YAML_FILE_PATH", "").strip()
         if online_store not in ("sqlite", "redis"):
             raise ValueError(f"MLRELEASE_ONLINE_STORE must be 'sqlite' or 'redis', got {online_store!r}")
         return cls(
@@ -32,6 +36,7 @@ class Settings:
             online_store=online_store,
             redis_url=os.environ.get("MLRELEASE_REDIS_URL", "127.0.0.1:6379"),
             xcom_path=Path(os.environ.get("MLRELEASE_XCOM_PATH", "/airflow/xcom/return.json")),
+            feast_yaml_override=Path(feast_yaml).resolve() if feast_yaml else None,
         )
 
     @property
@@ -46,12 +51,14 @@ class Settings:
 
     @property
     def feature_store_yaml(self) -> Path:
-        """The Feast config file for the chosen online store."""
+        """The Feast config file: FEAST_FS_YAML_FILE_PATH when set, else the one for the chosen online store."""
+        if self.feast_yaml_override is not None:
+            return self.feast_yaml_override
         name = "feature_store.yaml" if self.online_store == "sqlite" else "feature_store.redis.yaml"
         return self.feature_repo / name
 
     def feast_env(self) -> dict[str, str]:
-        """Variables the Feast repo's YAML and sources expand (`${MLRELEASE_HOME}` and friends)."""
+        """Variables the Feast repo's sources (features.py) and the Redis YAMLs read from the environment."""
         return {
             "MLRELEASE_HOME": str(self.home),
             "MLRELEASE_REDIS_URL": self.redis_url,

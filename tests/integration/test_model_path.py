@@ -100,6 +100,46 @@ def test_bootstrap_chain(world, bootstrapped):
     assert len(meta["sha256"]) == 64
 
 
+def test_registered_version_follows_mlflow_conventions(world, bootstrapped, tmp_path):
+    """Signature and input example on the registered model; the served ONNX as an mlflow.onnx model; the window."""
+    import mlflow
+    from mlflow.models import Model
+
+    from mlrelease.model.tracking import logged_onnx_bytes
+
+    registry = Registry.from_settings(world)
+    client = registry.client()
+    info = mlflow.models.get_model_info(f"models:/{MODEL_NAME}/1")
+    assert "sklearn" in info.flavors
+    (spec,) = info.signature.inputs.to_dict()
+    assert spec["tensor-spec"] == {"dtype": "float32", "shape": (-1, len(FEATURES))}
+    assert info.metadata["input_columns"] == list(FEATURES)
+    local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{MODEL_NAME}/1", dst_path=str(tmp_path))
+    example = Model.load(local).load_input_example(local)
+    assert example.shape == (5, len(FEATURES)) and example.dtype == np.float32  # small: five encoded rows
+
+    # The ONNX file Triton serves, with the mlflow.onnx flavor, in the same run, pointed to by the version's tags.
+    tags = registry.version_tags(1)
+    onnx_info = mlflow.models.get_model_info(tags["onnx_model_uri"])
+    assert {"onnx", "python_function"} <= set(onnx_info.flavors) and onnx_info.run_id == registry.run_id(1)
+    assert onnx_info.model_id == tags["onnx_model_id"]
+    assert [o["name"] for o in onnx_info.signature.outputs.to_dict()] == ["eta_prediction", "confidence_score"]
+    served = (version_dir(model_repository(world), MODEL_NAME, 1) / "model.onnx").read_bytes()
+    assert logged_onnx_bytes(client, tags["onnx_model_id"]) == served  # byte-identical, not a re-serialization
+    assert client.get_logged_model(tags["onnx_model_id"]).tags["onnx_sha256"] == tags["onnx_sha256"]
+
+    # The training window as the run's dataset input.
+    (dataset_input,) = client.get_run(registry.run_id(1)).inputs.dataset_inputs
+    input_tags = {t.key: t.value for t in dataset_input.tags}
+    assert input_tags["mlflow.data.context"] == "training"
+    training_start = (WINDOW.end - timedelta(days=7)).isoformat()
+    assert dataset_input.dataset.name == f"parcel_eta_v1 {training_start}/{WINDOW.end.isoformat()}"
+    assert json.loads(dataset_input.dataset.source) == {"uri": (world.offline_dir / "orders").as_uri()}
+    assert input_tags["window_start"] == training_start and input_tags["window_end"] == WINDOW.end.isoformat()
+    assert input_tags["partitions.orders"] == "date=2026-11-22..2026-11-29 (8)"
+    assert json.loads(dataset_input.dataset.profile)["num_rows"] >= 500  # the whole window, before the split
+
+
 def test_served_config_matches_what_we_wrote(world, bootstrapped):
     written = parse_pbtxt((model_repository(world) / MODEL_NAME / "config.pbtxt").read_text())
     reported = _client().model_config(MODEL_NAME, 1)
@@ -118,8 +158,10 @@ def test_reruns_are_no_ops(world, bootstrapped):
     onnx_file = version_dir(model_repository(world), MODEL_NAME, 1) / "model.onnx"
     before = onnx_file.stat().st_mtime_ns
     parity_file(world, 1).unlink()  # as if the first try died after publishing the version
+    onnx_models = registry_onnx_models(world)
     assert export(world, 1)["status"] == "already exported; version files unchanged"
     assert onnx_file.stat().st_mtime_ns == before
+    assert registry_onnx_models(world) == onnx_models, "a rerun logs no second mlflow.onnx copy"
     assert parity_file(world, 1).is_file(), "a rerun completes what an interrupted export left undone"
 
 
@@ -145,6 +187,13 @@ def test_refused_candidate_registers_nothing(world, bootstrapped):
     rejected = registry.client().search_runs([registry.experiment_id()], "tags.decision = 'rejected'")
     assert rejected and rejected[0].info.status == "FAILED"
     assert rejected[0].data.tags["decision_reason"].startswith("confidence does not track error")
+
+
+def registry_onnx_models(world: Settings) -> list[str]:
+    """Ids of the ONNX models logged in the experiment."""
+    registry = Registry.from_settings(world)
+    found = registry.client().search_logged_models([registry.experiment_id()], filter_string="name = 'onnx'")
+    return sorted(m.model_id for m in found)
 
 
 def _register_copy(world: Settings, tweak) -> int:

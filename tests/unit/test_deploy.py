@@ -390,19 +390,21 @@ def test_network_policies_allow_exactly_the_release_flows(
     redis = (ns, dict(net.redis.podLabels))
     mlflow = ("mlflow", {"app.kubernetes.io/name": "mlflow"})
     dns = ("kube-system", {"k8s-app": "kube-dns"})
+    feast_registry = ("postgres", {"app.kubernetes.io/name": "postgresql"})  # Feast's SQL registry
 
     # gateway
     assert allowed(policies, "Ingress", gw, ingress_nginx, values.gateway.port)
     assert allowed(policies, "Ingress", gw, prometheus, values.gateway.port)
     assert allowed(policies, "Egress", gw, (ns, triton), tp.http)
     assert allowed(policies, "Egress", gw, redis, 6379)
+    assert allowed(policies, "Egress", gw, feast_registry, 5432)
     assert allowed(policies, "Egress", gw, dns, 53, "UDP") and allowed(policies, "Egress", gw, dns, 53, "TCP")
     # Triton
     assert allowed(policies, "Ingress", triton, (ns, gw), tp.http)
     assert allowed(policies, "Ingress", triton, (ns, steps), tp.http)
     assert allowed(policies, "Ingress", triton, prometheus, tp.metrics)
     # step pods
-    for target, port in (((ns, triton), tp.http), (redis, 6379), (mlflow, 5000), (dns, 53)):
+    for target, port in (((ns, triton), tp.http), (redis, 6379), (mlflow, 5000), (feast_registry, 5432), (dns, 53)):
         assert allowed(policies, "Egress", steps, target, port), (target, port)
 
     # …and nothing else
@@ -412,6 +414,8 @@ def test_network_policies_allow_exactly_the_release_flows(
     assert not allowed(policies, "Ingress", triton, ingress_nginx, tp.http)
     assert not allowed(policies, "Ingress", triton, prometheus, tp.http)
     assert not allowed(policies, "Egress", triton, redis, 6379)
+    assert not allowed(policies, "Egress", triton, feast_registry, 5432)
+    assert not allowed(policies, "Egress", steps, feast_registry, 5433)
     assert not allowed(policies, "Ingress", steps, (ns, gw), 8080)
     assert not allowed(policies, "Egress", steps, "10.96.0.1", 443)  # no Kubernetes API in gateway mode
     assert not allowed(policies, "Egress", steps, ("default", {"app": "anything"}), 443)
@@ -632,8 +636,56 @@ def test_airflow_values_point_the_dag_at_the_rendered_cluster() -> None:
     assert env["MLRELEASE_K8S_GATEWAY_CONFIGMAP"] == values.gateway.configMap
     assert env["MLRELEASE_TRAFFIC_ROUTER"] == values.routing.mode
     assert chart["workers"]["serviceAccount"]["name"] in values.airflow.serviceAccounts
+    # Deferrable step pods: the triggerer watches them, so it is bound to the pod-launcher Role too.
+    assert env["MLRELEASE_K8S_DEFERRABLE"] == "true" and chart["triggerer"]["enabled"] is True
+    assert chart["triggerer"]["serviceAccount"]["name"] in values.airflow.serviceAccounts
     assert chart["postgresql"]["enabled"] is False and chart["data"]["metadataSecretName"]
     assert chart["dags"]["gitSync"]["enabled"] is True and chart["dags"]["gitSync"]["subPath"] == "dags"
+
+
+def airflow_config_options() -> dict[str, dict[str, Any]]:
+    """Airflow's documented options by section: core's config.yml plus the KubernetesExecutor provider's."""
+    from airflow.providers.cncf.kubernetes.get_provider_info import get_provider_info
+
+    core = importlib.resources.files("airflow.config_templates").joinpath("config.yml").read_text(encoding="utf-8")
+    sections = {**yaml.safe_load(core), **get_provider_info()["config"]}
+    return {name: section["options"] for name, section in sections.items()}
+
+
+def repo_airflow_cfg() -> dict[str, list[str]]:
+    """The sections and keys of the repository's airflow.cfg (the embedded default)."""
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(REPO / "airflow.cfg", encoding="utf-8")
+    return {section: list(parser[section]) for section in parser.sections()}
+
+
+@pytest.mark.parametrize("source", ["deploy/airflow/values.yaml", "airflow.cfg"])
+def test_airflow_config_keys_are_current_airflow_3_options(source: str) -> None:
+    """Every key of the chart values' `config:` (and of the repo's airflow.cfg) is an option of the installed
+    Airflow, under its current name."""
+    from airflow.configuration import conf
+
+    options = airflow_config_options()
+    renamed = {
+        (old_section, old): (new_section, new)
+        for (new_section, new), (old_section, old, _) in conf.deprecated_options.items()
+    }
+    config = airflow_values()["config"] if source.endswith(".yaml") else repo_airflow_cfg()
+    problems = []
+    for section, keys in config.items():
+        for key in keys:
+            if (section, key) in renamed:
+                problems.append(f"[{section}] {key} is deprecated: use {renamed[(section, key)]}")
+            elif key not in options.get(section, {}):
+                problems.append(f"[{section}] {key} is not an Airflow option")
+            elif options[section][key].get("version_deprecated"):
+                problems.append(f"[{section}] {key} is deprecated since {options[section][key]['version_deprecated']}")
+    assert problems == []
+    # The check itself catches what it is for: the Airflow 2 name of the DAG folder scan interval.
+    assert renamed[("scheduler", "dag_dir_list_interval")] == ("dag_processor", "refresh_interval")
+    assert "dag_dir_list_interval" not in options["scheduler"]
 
 
 # --- the CLI, end to end ----------------------------------------------------------------------------------

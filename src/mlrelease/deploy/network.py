@@ -63,7 +63,7 @@ def default_deny(values: DeployValues) -> dict[str, Any]:
 
 
 def gateway_policies(values: DeployValues) -> list[dict[str, Any]]:
-    """Gateway ← clients and Prometheus on its port; gateway → Triton HTTP, Redis, the Feast online store, DNS."""
+    """Gateway ← clients and Prometheus on its port; gateway → Triton HTTP, Redis, Feast (online + registry), DNS."""
     gw, net = values.gateway, values.network
     clients = [entry for peer in net.gatewayClients for entry in peer_selectors(peer)]
     ingress = [
@@ -74,6 +74,7 @@ def gateway_policies(values: DeployValues) -> list[dict[str, Any]]:
         {"to": _pods(selector(values.triton.name)), "ports": tcp(values.triton.ports.http)},
         _to(net.redis),  # routing state
         _to(net.feastOnlineStore),  # feature lookups
+        _to(net.feastRegistry),  # the feature views the lookups read (Feast's SQL registry)
         _dns(values),
     ]
     pods = selector(gw.name)
@@ -102,7 +103,7 @@ def triton_policies(values: DeployValues) -> list[dict[str, Any]]:
 
 
 def step_policies(values: DeployValues) -> list[dict[str, Any]]:
-    """Step pods → Triton, Redis, MLflow, the Feast online store, DNS (+ Pushgateway, + the API in httproute mode).
+    """Step pods → Triton, Redis, MLflow, Feast (online store, registry), DNS (+ Pushgateway, + API in httproute mode).
 
     Nothing connects to a step pod: Airflow reads its log and XCom through the API server, not the pod network.
     """
@@ -112,6 +113,7 @@ def step_policies(values: DeployValues) -> list[dict[str, Any]]:
         _to(net.redis),  # the gateway routing state the rollout steps write
         _to(net.mlflow),  # tracking and registry (artifacts proxied by the tracking server)
         _to(net.feastOnlineStore),  # materialize writes the online store
+        _to(net.feastRegistry),  # apply writes, every Feast step reads Feast's SQL registry
         _dns(values),
     ]
     if net.pushgateway is not None:  # check-freshness pushes its gauges when MLRELEASE_PUSHGATEWAY_URL is set

@@ -348,6 +348,8 @@ class Network(Model):
     prometheus: Peer = Peer(namespace="monitoring", podLabels={"app.kubernetes.io/name": "prometheus"})
     redis: Peer = Peer(podLabels={"app.kubernetes.io/name": "redis"}, ports=(6379,))
     feastOnlineStore: Peer = Peer(podLabels={"app.kubernetes.io/name": "redis"}, ports=(6379,))
+    # The Postgres of Feast's SQL registry (feature_repo/feature_store.production.yaml), read by steps and gateway.
+    feastRegistry: Peer = Peer(namespace="postgres", podLabels={"app.kubernetes.io/name": "postgresql"}, ports=(5432,))
     mlflow: Peer = Peer(namespace="mlflow", podLabels={"app.kubernetes.io/name": "mlflow"}, ports=(5000,))
     pushgateway: Peer | None = None
     kubernetesApi: Peer | None = None
@@ -355,7 +357,7 @@ class Network(Model):
 
     @model_validator(mode="after")
     def _ports(self) -> Network:
-        for name in ("dns", "redis", "feastOnlineStore", "mlflow", "pushgateway", "kubernetesApi"):
+        for name in ("dns", "redis", "feastOnlineStore", "feastRegistry", "mlflow", "pushgateway", "kubernetesApi"):
             peer = getattr(self, name)
             if peer is not None and not peer.ports:
                 raise ValueError(f"{name}.ports is empty: say which ports the connection uses")

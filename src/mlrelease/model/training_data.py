@@ -22,6 +22,20 @@ def training_window(window: Window, days: int) -> Window:
     return Window(window.end - timedelta(days=days), window.end)
 
 
+def window_partitions(settings: Settings, train_window: Window) -> dict[str, list[str]]:
+    """Table → the days (`YYYY-MM-DD`) of the window whose partition exists: what the training frame is built from."""
+    days = train_window.days()
+    return {
+        table: [day.isoformat() for day in days if partition_file(settings.offline_dir / table, day).is_file()]
+        for table in TABLES
+    }
+
+
+def orders_source(settings: Settings) -> str:
+    """The URI of the orders table (labels and entity keys of every training row; Feast joins the features)."""
+    return (settings.offline_dir / "orders").as_uri()
+
+
 def historical_frame(settings: Settings, train_window: Window) -> pd.DataFrame:
     """Each order in the window with its label and the feature values as of the order's event time."""
     from mlrelease.feast_store import open_store

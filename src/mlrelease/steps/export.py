@@ -18,6 +18,7 @@ from mlrelease.errors import GateFailed, StepError
 from mlrelease.gitinfo import git_commit
 from mlrelease.model.features import FEATURES
 from mlrelease.model.onnx_export import INPUT, OUTPUTS, parity, run_onnx, to_onnx
+from mlrelease.model.tracking import ONNX_MODEL_ID_TAG, ONNX_MODEL_URI_TAG, find_onnx_model, log_onnx_model
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.serving.integrity import REGISTRY_TAG, graph_problems, one_line, verified_bytes
 from mlrelease.serving.triton_repo import (
@@ -127,6 +128,23 @@ def _drill(registry: Registry, version: int, model_bytes: bytes) -> bytes:
     return faulty
 
 
+def _onnx_model(registry: Registry, version: int, run_id: str, model_bytes: bytes, digest: str, sample: Any) -> Any:
+    """The version's served bytes as an mlflow.onnx model of its training run: logged once, found again on a rerun.
+
+    A model version has one source model (the sklearn one train registered); this second logged model of the
+    same run is tied to the version by its tags (`onnx_model_id`, `onnx_model_uri`) and carries the version and
+    the bytes' SHA-256 as its own tags.
+    """
+    import mlflow
+
+    client = registry.client()
+    found = find_onnx_model(client, client.get_run(run_id).info.experiment_id, run_id, digest)
+    if found is not None:
+        return found
+    with mlflow.start_run(run_id=run_id):
+        return log_onnx_model(client, model_bytes, sample, version=version)
+
+
 def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARITY_TOLERANCE) -> dict[str, Any]:
     """Export registered `version`; a rerun never rewrites a published version but completes what a failed try left.
 
@@ -179,10 +197,12 @@ def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARIT
     config_path = write_config(root, config)
     write_npz_atomic(parity_file(settings, version), features=sample, eta_prediction=eta, confidence_score=confidence)
     meta = read_metadata(root, MODEL_NAME, version)
+    # The verified bytes (their digest is the record's) with the mlflow.onnx flavor, and the Triton config as written.
+    onnx_model = _onnx_model(registry, version, run_id, model_bytes, meta["sha256"], sample)
     with mlflow.start_run(run_id=run_id):
-        mlflow.log_artifact(str(target / "model.onnx"), "onnx")
-        mlflow.log_artifact(str(config_path), "onnx")
-    registry.tag_version(version, export_status="exported", onnx_sha256=meta["sha256"])
+        mlflow.log_artifact(str(config_path), "triton")
+    registry.tag_version(version, **{ONNX_MODEL_ID_TAG: onnx_model.model_id, ONNX_MODEL_URI_TAG: onnx_model.model_uri})
+    registry.tag_version(version, export_status="exported", onnx_sha256=meta["sha256"])  # last: export is complete
     return {
         "model_version": version,
         "status": "exported" if created else "already exported; version files unchanged",
@@ -190,4 +210,5 @@ def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARIT
         "sha256": meta["sha256"],
         "served_versions": list(config.version_policy.specific.versions),
         "parity_max_abs_diff": meta.get("parity_max_abs_diff"),
+        "onnx_model_uri": onnx_model.model_uri,
     }

@@ -15,7 +15,14 @@ from mlrelease.gitinfo import git_commit
 from mlrelease.model.estimator import EtaModel
 from mlrelease.model.evaluate import decide, holdout_metrics, prefixed
 from mlrelease.model.features import FEATURE_SERVICE, FEATURES, TARGET, encode
-from mlrelease.model.training_data import historical_frame, time_split, training_window
+from mlrelease.model.tracking import log_native_model, log_training_window
+from mlrelease.model.training_data import (
+    historical_frame,
+    orders_source,
+    time_split,
+    training_window,
+    window_partitions,
+)
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
 from mlrelease.settings import Settings
 from mlrelease.timewindow import Window, run_key
@@ -110,6 +117,8 @@ def train(
                 "decision": "accepted" if decision.accepted else "rejected",
             }
         )
+        # The window the model learnt from, as a dataset input (a refused candidate's run keeps it too).
+        log_training_window(frame, train_window, orders_source(settings), window_partitions(settings, train_window))
         quality = _data_quality_summary(settings, key)
         if quality is not None:
             mlflow.log_dict(quality, "data_quality/summary.json")
@@ -118,7 +127,7 @@ def train(
         with tempfile.TemporaryDirectory() as tmp:
             np.save(Path(tmp) / "parity_sample.npy", X_hold[:PARITY_SAMPLE_ROWS])
             mlflow.log_artifact(str(Path(tmp) / "parity_sample.npy"))
-        info = mlflow.sklearn.log_model(model, name="model", serialization_format="cloudpickle")
+        info = log_native_model(model, X_fit)  # with a signature and a small input example
 
     version = mlflow.register_model(
         info.model_uri,
