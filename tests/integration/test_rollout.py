@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import requests
 import yaml
 
 from mlrelease import devkit
@@ -38,6 +41,7 @@ from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
 from mlrelease.rollout.gates import REQUIRED_GATES
 from mlrelease.rollout.machine import Phase
 from mlrelease.rollout.store import RolloutBusy, RolloutStore
+from mlrelease.serving import local_triton
 from mlrelease.serving.triton_repo import set_version_policy, versions_present
 from mlrelease.steps import rollout as steps
 from mlrelease.steps.export import model_repository
@@ -520,3 +524,128 @@ def test_a_killed_analysis_resumes_from_the_stored_state(fresh, gateway, bodies)
     assert [e.kind for e in release.record().history] == ["stage_opened", "analysis"]
     assert release.record().stage == 1
     steps.rollback(fresh.settings, release.key, reason="test over")
+
+
+# Fault drills (issue 17): end states, not timings (bench/bench_drills.py measures those). After the fault, with
+# only what the DAG does by itself (`analyze --tick` per check, a failed step retried, the `rollback` task after a
+# gate verdict), no client request failed and `mlrelease rollout status` finds the record, routing, MLflow aliases
+# and Triton's loaded versions in agreement.
+
+
+def _as_the_dag_runs_it(release: Release, stage: int, within_s: float = 90.0) -> str:
+    """`analyze --tick` until decided; a failed run (StepError) is retried; a gate verdict runs the `rollback` task
+    (retried too). The outcome: the action, `rolled back` or `paused`."""
+    settings, deadline = release.world.settings, time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            result = steps.analyze(settings, stage, release.version, release.key, tick=True)
+        except GateFailed:
+            while True:
+                try:
+                    steps.rollback(settings, release.key, reason="nightly_release rollback task")
+                    return "rolled back"
+                except StepError:
+                    assert time.monotonic() < deadline, "the rollback task never succeeded"
+                    time.sleep(0.5)
+        except StepError:
+            time.sleep(0.5)
+            continue
+        except Skipped:
+            return "paused"
+        if result["decided"]:
+            return str(result["action"])
+        time.sleep(0.2)
+    raise AssertionError(f"stage {stage + 1} undecided after {within_s:.0f} s")
+
+
+def _consistent(settings) -> dict:
+    status = steps.status(settings)
+    assert status["consistent"], status["disagreements"]
+    return status
+
+
+@contextmanager
+def _unreadable(path: Path) -> Iterator[None]:
+    """The routing document replaced by a directory: every read and write of the store fails (an OSError)."""
+    saved = path.with_name(path.name + ".saved")
+    os.replace(path, saved)
+    path.mkdir()
+    try:
+        yield
+    finally:
+        path.rmdir()
+        os.replace(saved, path)
+
+
+def test_a_triton_killed_mid_stage_heals_with_no_manual_step(fresh, gateway, bodies):
+    """kill -9 tritonserver: the supervisor restarts it with the declared versions, the fast guard's trip of the
+    candidate fails the stage, the rollback reaches stable, and all four sources of truth agree."""
+    release = Release(fresh, HEALTHY_CANDIDATE)
+    paths = local_triton.TritonPaths.from_settings(fresh.settings)
+    with devkit.background_traffic(gateway, bodies, fresh.api_key, RATE) as report:
+        time.sleep(WARM_UP_S)
+        assert release.stage(0)["status"] == "opened"
+        time.sleep(1.0)
+        killed = local_triton.running_pid(paths)
+        assert killed is not None
+        os.kill(killed, signal.SIGKILL)
+        assert _as_the_dag_runs_it(release, 0) == "rolled back"
+        deadline = time.monotonic() + 60  # model answers resume by themselves (the rule covers the meantime)
+        while True:
+            answer = requests.post(
+                f"{gateway}/v1/predict", json=bodies[0], headers={"X-API-Key": fresh.api_key}, timeout=5
+            ).json()
+            if answer["source"] == "model":
+                break
+            assert time.monotonic() < deadline, "no model answer within 60 s of the kill"
+            time.sleep(0.2)
+    assert report.errors == 0, report.summary()
+    assert any(key.endswith("/fallback_rule") for key in report.served)  # the outage was covered by the rule
+    record = release.record()
+    assert record.phase is Phase.ROLLED_BACK and "fast_guard" in record.reason
+    status = _consistent(fresh.settings)
+    assert status["aliases"] == {CHAMPION: GOOD, CHALLENGER: None}
+    assert status["triton"] == {"declared": [GOOD], "loaded": [GOOD]}
+    assert local_triton.status(fresh.settings)["supervisor"]["restarts"] >= 1
+
+
+def test_an_unreadable_routing_store_keeps_the_gateway_serving_and_the_steps_refuse_until_it_is_back(
+    fresh, gateway, bodies
+):
+    """The file routing store unreadable mid-stage: the gateway keeps its last routing, `analyze` fails (and is
+    retried) until the store is back; `rollout-stage` for the next stage fails before touching traffic."""
+    release = Release(fresh, HEALTHY_CANDIDATE)
+    path = Path(load_config().state_url(fresh.settings).removeprefix("file://"))
+    headers = {"X-API-Key": fresh.api_key}
+    with devkit.background_traffic(gateway, bodies, fresh.api_key, RATE) as report:
+        time.sleep(WARM_UP_S)
+        opened = release.stage(0)
+        deadline = time.monotonic() + 10  # the gateway has adopted the stage's routing (it refreshes every 0.2 s)
+        while (
+            requests.get(f"{gateway}/v1/routing", headers=headers, timeout=5).json()["state"]["revision"]
+            < opened["routing_revision"]
+        ):
+            assert time.monotonic() < deadline, "the gateway never read the stage's routing"
+            time.sleep(0.1)
+        with _unreadable(path):
+            time.sleep(1.0)  # several refreshes of the gateway (every 0.2 s)
+            view = requests.get(f"{gateway}/v1/routing", headers=headers, timeout=5).json()
+            assert "cannot be read" in view["store_error"]
+            assert view["state"]["revision"] == opened["routing_revision"]
+            assert view["state"]["candidate_version"] == HEALTHY_CANDIDATE
+            with pytest.raises(StepError, match="cannot be read"):
+                steps.analyze(fresh.settings, 0, HEALTHY_CANDIDATE, release.key, tick=True)
+        assert _as_the_dag_runs_it(release, 0) == "advance"
+        revision = release.record().revision
+        with _unreadable(path):
+            with pytest.raises(StepError, match="cannot be read"):
+                release.stage(1)
+        record = release.record()
+        assert record.revision == revision and record.stage == 1 and record.stage_opened_at is None
+        assert _routing(fresh)["revision"] == opened["routing_revision"]  # traffic untouched
+        assert release.stage(1)["status"] == "opened"  # the DAG's retry, once the store is back
+        time.sleep(0.5)
+    assert report.errors == 0, report.summary()
+    _consistent(fresh.settings)
+    steps.rollback(fresh.settings, release.key, reason="test over")
+    _consistent(fresh.settings)
