@@ -37,13 +37,14 @@ INJECT ?=
 # Derive a bad candidate tonight to watch a gate stop it: make run CANDIDATE_FAULT=slow (errors|low_confidence_long_tail|overconfident|shifted_high_value)
 CANDIDATE_FAULT ?=
 
-.PHONY: help setup system-run system-test run test test-fast lint bench clean
+.PHONY: help setup system-run system-test run test test-fast lint bench render-pods clean
 
 help:
 	@echo "make run    - set up if needed, then run the nightly_release DAG end-to-end (embedded default)"
 	@echo "make test   - set up if needed, then run the whole test suite (unit, integration, e2e)"
 	@echo "make lint   - ruff and mypy"
 	@echo "make bench  - benchmarks with comparison tables"
+	@echo "make render-pods OUT=DIR - every step's Kubernetes pod manifest, rendered by the DAG's operator and validated"
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	@command -v uv >/dev/null 2>&1 || python3 -m pip install -q uv
@@ -106,6 +107,11 @@ bench: setup
 	python bench/bench_gateway.py
 	python bench/bench_rollout.py
 	python bench/bench_decisions.py
+
+# Rendered through the Airflow operators, so it runs from plugins/ (on the path as Airflow puts its plugins folder).
+OUT ?= build/pods
+render-pods: $(VENV)/.installed
+	PYTHONPATH=$(CURDIR)/plugins python -m mlrelease_airflow.render_pods --out $(OUT)
 
 clean:
 	rm -rf $(MLRELEASE_HOME)

@@ -744,10 +744,10 @@ def env_vars(**values: str) -> Iterator[None]:
 
 def redis_gateway_config(world: RolloutWorld, redis: RestartableRedis) -> Path:
     """Feast's online store materialized into `redis`, and a gateway config with its routing state there too."""
-    from mlrelease import devkit
     from mlrelease.settings import Settings
     from mlrelease.steps.materialize import materialize
     from mlrelease.timewindow import Window
+    from mlrelease_drills import devkit
 
     with env_vars(MLRELEASE_ONLINE_STORE="redis", MLRELEASE_REDIS_URL=redis.address), redirect_stdout(sys.stderr):
         materialize(Settings.from_env(), Window.parse(*WINDOW), timedelta(hours=2))
@@ -771,10 +771,10 @@ def main() -> None:
     if unknown or not chosen or not 1 <= args.repeats <= 10:
         parser.error(f"--drills from {list(DRILLS)} (unknown: {unknown}); --repeats 1..10")
 
-    from mlrelease import devkit
     from mlrelease.gateway.auth import add_client
     from mlrelease.gateway.config import RateLimit
     from mlrelease.gateway.traffic import require_loopback
+    from mlrelease_drills import devkit
 
     began = time.monotonic()
     actions: dict[str, Callable[[Drill], None]] = {

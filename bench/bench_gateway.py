@@ -121,8 +121,8 @@ def failover_once(
     kind: str, gateway: str, key: str, store: Any, bodies: list[dict[str, Any]], triton_url: str
 ) -> tuple[float, int]:
     """Inject one fault under 200 req/s; seconds from injection to the trip, and client-visible errors."""
-    from mlrelease.devkit import HEALTHY_CANDIDATE, NAN_ALL
     from mlrelease.gateway.traffic import send
+    from mlrelease_drills.devkit import HEALTHY_CANDIDATE, NAN_ALL
 
     wait_revision(
         gateway,
@@ -164,15 +164,15 @@ def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
     parser.add_argument("--repeats", type=int, default=10, help="fault injections per kind")
     args = parser.parse_args()
 
-    from mlrelease import devkit
-    from mlrelease.devkit import free_port
     from mlrelease.gateway.config import load_config
-    from mlrelease.gateway.routing_store import open_routing_store
+    from mlrelease.gateway.routing_store_factory import open_routing_store
     from mlrelease.gateway.traffic import build_requests, order_pool
     from mlrelease.model.features import FEATURES, encode_row
     from mlrelease.serving import local_triton
     from mlrelease.settings import Settings
     from mlrelease.timewindow import Window, parse_timestamp
+    from mlrelease_drills import devkit
+    from mlrelease_drills.devkit import free_port
 
     with serving_home("mlrelease-bench-gateway-") as home:
         settings = Settings.from_env()

@@ -107,10 +107,8 @@ def main() -> None:
     parser.add_argument("--stage-seconds", type=float, default=5.0, help="demo duration of the stage under test")
     args = parser.parse_args()
 
-    from mlrelease import devkit
-    from mlrelease.devkit import ERRORS, LOW_CONFIDENCE_LONG_TAIL, NAN_FEW_LONG_TAIL, free_port
     from mlrelease.gateway.config import load_config
-    from mlrelease.gateway.routing_store import open_routing_store
+    from mlrelease.gateway.routing_store_factory import open_routing_store
     from mlrelease.gateway.traffic import build_requests, order_pool
     from mlrelease.registry import MODEL_NAME, Registry
     from mlrelease.rollout.context import RolloutContext
@@ -118,6 +116,8 @@ def main() -> None:
     from mlrelease.serving.triton_repo import versions_present
     from mlrelease.settings import Settings
     from mlrelease.timewindow import Window, parse_timestamp
+    from mlrelease_drills import devkit
+    from mlrelease_drills.devkit import ERRORS, LOW_CONFIDENCE_LONG_TAIL, NAN_FEW_LONG_TAIL, free_port
 
     scenarios = [
         ("fast guard: errors on every call", ERRORS, {"*": 100}, "rollback_all"),

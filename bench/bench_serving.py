@@ -26,7 +26,7 @@ CONCURRENCY = (1, 2, 3, 4)
 def demo_model(workdir: Path):  # type: ignore[no-untyped-def]
     """An EtaModel trained on two weeks of generated orders joined to their features."""
     from mlrelease.data.generate import generate
-    from mlrelease.devkit import quick_model
+    from mlrelease_drills.devkit import quick_model
 
     generate(workdir, date(2026, 11, 15), date(2026, 11, 28), rows_per_day=2000)
     return quick_model(workdir)

@@ -39,7 +39,7 @@ def redis_server() -> Iterator[str]:
     """A redis-server on a free loopback port for the duration of the block; yields host:port."""
     import tempfile
 
-    from mlrelease.devkit import redis_server as throwaway_redis
+    from mlrelease_drills.devkit import redis_server as throwaway_redis
 
     with tempfile.TemporaryDirectory(prefix="mlrelease-bench-redis-") as workdir:
         try:
@@ -72,7 +72,7 @@ def serving_home(prefix: str) -> Iterator[Path]:
     from datetime import date
 
     from mlrelease.data.generate import generate
-    from mlrelease.devkit import free_port
+    from mlrelease_drills.devkit import free_port
 
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         home = Path(tmp)
@@ -90,8 +90,8 @@ def bench_gateway_config(home: Path, triton_url: str, window_end: str, **auth: o
 
     Returns the config path, the client's API key and the routing-state URL; `auth` adds to the auth section.
     """
-    from mlrelease import devkit
     from mlrelease.gateway.auth import add_client
+    from mlrelease_drills import devkit
 
     key = add_client(home / "keys.yaml", "bench")
     state_url = f"file://{home / 'routing.json'}"
@@ -143,7 +143,7 @@ class RolloutWorld:
     def routing_store(self) -> Any:
         """The routing store of the current gateway config (MLRELEASE_GATEWAY_CONFIG)."""
         from mlrelease.gateway.config import load_config
-        from mlrelease.gateway.routing_store import open_routing_store
+        from mlrelease.gateway.routing_store_factory import open_routing_store
         from mlrelease.registry import MODEL_NAME
 
         return open_routing_store(load_config().state_url(self.settings), MODEL_NAME)
@@ -203,7 +203,6 @@ def rollout_world(prefix: str, *, n_bodies: int = 5_000, gates_passed: bool = Tr
     (with their release gates passed when `gates_passed`, as a real candidate has before any rollout), a
     gateway config with a file routing store on stable v1, as this process's environment. Triton is stopped
     on exit; starting gateways and traffic is the caller's business."""
-    from mlrelease import devkit
     from mlrelease.gateway.config import load_config
     from mlrelease.gateway.traffic import build_requests, order_pool
     from mlrelease.registry import MODEL_NAME, Registry
@@ -212,6 +211,7 @@ def rollout_world(prefix: str, *, n_bodies: int = 5_000, gates_passed: bool = Tr
     from mlrelease.serving.triton_repo import versions_present
     from mlrelease.settings import Settings
     from mlrelease.timewindow import Window, parse_timestamp
+    from mlrelease_drills import devkit
 
     with serving_home(prefix) as home:
         os.environ["MLRELEASE_XCOM_PATH"] = str(home / "xcom" / "return.json")  # steps run as processes too
@@ -246,7 +246,7 @@ class RestartableRedis:
     def __init__(self, workdir: Path) -> None:
         import shutil
 
-        from mlrelease.devkit import free_port
+        from mlrelease_drills.devkit import free_port
 
         binary = shutil.which("redis-server")
         if binary is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mlrelease.devkit import free_port, redis_server  # noqa: F401 - free_port is re-exported for the test modules
+from mlrelease_drills.devkit import free_port, redis_server  # noqa: F401 - free_port is re-exported for the test modules
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins"))  # as Airflow does for plugins_folder

@@ -1,133 +1,20 @@
-"""Release alerts from task callbacks: the generic webhook (JSON or Slack-compatible POST) and `release_alerts`,
-which gives a callback list with one notifier per channel (webhook, Slack, e-mail; see notify_*.py).
+"""Release alerts from task callbacks: `release_alerts`, the factory of a callback list with one notifier per
+channel, each implemented in its own file (notify_webhook.py: JSON or Slack-compatible POST; notify_slack.py;
+notify_email.py; what every alert says: notify_alert.py).
 
 Every channel is configured only by its Airflow connection (any secrets backend, e.g. `AIRFLOW_CONN_<ID>`):
-`mlrelease_alerts` (this webhook), `mlrelease_slack` (Slack incoming webhook), `mlrelease_smtp` (e-mail). A
+`mlrelease_alerts` (the generic webhook), `mlrelease_slack` (Slack incoming webhook), `mlrelease_smtp` (e-mail). A
 channel without its connection is skipped with a log line.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from airflow.sdk import BaseNotifier
 
-from mlrelease_airflow.notify_alert import (
-    AlertDeliveryError,
-    alert_from_context,
-    check_event,
-    connection_or_none,
-    events_filter,
-    subscribed,
-)
+from mlrelease_airflow.notify_alert import check_event
 from mlrelease_airflow.notify_email import EmailAlertNotifier
 from mlrelease_airflow.notify_slack import SlackAlertNotifier
-
-DEFAULT_CONN_ID = "mlrelease_alerts"
-FORMATS = ("json", "slack")
-
-
-def connection_url(conn: Any) -> str:
-    """The webhook URL of an `http`/`https` connection: extra `url`, else scheme://host[:port][/schema as path]."""
-    if conn.extra_dejson.get("url"):
-        return str(conn.extra_dejson["url"])
-    scheme = "https" if conn.conn_type == "https" else "http"
-    port = f":{conn.port}" if conn.port else ""
-    path = f"/{conn.schema}" if conn.schema else ""
-    return f"{scheme}://{conn.host}{port}{path}"
-
-
-def webhook_url(conn_id: str) -> str | None:
-    """The webhook of Airflow connection `conn_id`; None when there is no such connection."""
-    conn = connection_or_none(conn_id)
-    return connection_url(conn) if conn is not None else None
-
-
-VERBS = {
-    "task_failed": "failed",
-    "rolled_back": "rolled the candidate back",
-    "promoted": "promoted the candidate",
-    "task_skipped": "stopped for a human",
-}
-
-
-def alert_payload(context: dict[str, Any], fmt: str, event: str = "task_failed") -> dict[str, Any]:
-    """The alert body: plain JSON fields, or Slack's `{"text": …, "blocks": …}` shape when fmt is `slack`."""
-    alert = alert_from_context(context, event)
-    fields = {
-        "dag_id": alert.dag_id,
-        "task_id": alert.task_id,
-        "run_id": alert.run_id,
-        "try_number": alert.try_number,
-        "data_interval_end": alert.data_interval_end,
-        "error": alert.error,
-        "log_url": alert.log_url,
-        "run_key": alert.run_key,
-        "report_url": alert.report_url,
-        "rollout": alert.rollout,
-    }
-    if fmt != "slack":
-        return {"event": event, **fields}
-    text = (
-        f":rotating_light: *{fields['dag_id']}.{fields['task_id']}* {VERBS[event]} "
-        f"(run `{fields['run_id']}`, try {fields['try_number']}): {fields['error']}"
-    )
-    if fields["log_url"]:
-        text += f" <{fields['log_url']}|logs>"
-    if fields["report_url"]:
-        text += f" <{fields['report_url']}|release report>"
-    return {"text": text, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]}
-
-
-class WebhookAlertNotifier(BaseNotifier):
-    """POST an alert (failure, rollback, promotion, pause) to the webhook of an Airflow connection.
-
-    The connection (type `http` or `https`): extra `url`, or host/port/schema (the path); optional extras
-    `format` (`json`, the default, or `slack` for a Slack-compatible incoming webhook) and `events` (the
-    comma-separated events it receives; default every event).
-
-    :param conn_id: Airflow connection holding the webhook.
-    :param payload_format: ``json`` or ``slack``; overrides the connection's `format` extra when given.
-    :param timeout: seconds to wait for the receiver.
-    :param event: the alert's `event` field: task_failed (default), rolled_back, promoted, task_skipped.
-    """
-
-    template_fields = ("conn_id",)
-
-    def __init__(
-        self,
-        conn_id: str = DEFAULT_CONN_ID,
-        payload_format: str | None = None,
-        timeout: float = 10.0,
-        event: str = "task_failed",
-    ):
-        super().__init__()
-        self.event = check_event(event)
-        self.conn_id = conn_id
-        self.payload_format = payload_format
-        self.timeout = timeout
-
-    def notify(self, context: Any) -> None:
-        """Send the alert; no connection means log and return (alerts must never mask the failure)."""
-        import requests
-
-        conn = connection_or_none(self.conn_id)
-        if conn is None:
-            self.log.warning("webhook alert skipped: no connection %s", self.conn_id)
-            return
-        source = f"connection {self.conn_id} extra events"
-        if not subscribed(events_filter(conn), self.event, source=source):
-            self.log.info("webhook alert skipped: %s is not in the events of connection %s", self.event, self.conn_id)
-            return
-        fmt = self.payload_format or conn.extra_dejson.get("format") or "json"
-        if fmt not in FORMATS:
-            raise AlertDeliveryError(
-                f"connection {self.conn_id}: format must be one of {', '.join(FORMATS)}; got {fmt!r}"
-            )
-        response = requests.post(
-            connection_url(conn), json=alert_payload(context, fmt, self.event), timeout=self.timeout
-        )
-        response.raise_for_status()
+from mlrelease_airflow.notify_webhook import WebhookAlertNotifier
 
 
 def release_alerts(event: str) -> list[BaseNotifier]:

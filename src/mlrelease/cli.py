@@ -1,4 +1,4 @@
-"""The `mlrelease` command line: data generation, pipeline steps, pod rendering.
+"""The `mlrelease` command line: data generation, pipeline steps, serving, gateway and deploy commands.
 
 The `step` commands' arguments are declared in `mlrelease.stepdefs` (one declaration, shared with the operator
 catalogue and the DAG params); this module adds one handler per step. Heavy libraries are imported inside each
@@ -256,12 +256,6 @@ def _cmd_triton(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     return action(settings)
 
 
-def _cmd_render_pods(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    from mlrelease.render import render_pods
-
-    return render_pods(args.out, kubernetes_version=args.kubernetes_version)
-
-
 def _cmd_summary(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.summary import format_summary
 
@@ -347,10 +341,6 @@ def build_parser() -> argparse.ArgumentParser:
     triton.add_argument("action", choices=["up", "down", "status"])
     triton.set_defaults(handler=_cmd_triton, result_to_xcom=False)
 
-    render = sub.add_parser("render-pods", help="write and validate every step's Kubernetes pod manifest")
-    render.add_argument("--out", required=True)
-    render.add_argument("--kubernetes-version", default="1.37.0")
-    render.set_defaults(handler=_cmd_render_pods, result_to_xcom=False)
     summary = sub.add_parser("summary", help="print what a run did and where its artifacts are")
     summary.add_argument("--end", required=True, help="the run's data interval end, ISO-8601")
     summary.set_defaults(handler=_cmd_summary, result_to_xcom=False, quiet=True)

@@ -1,6 +1,6 @@
 """A real serving world for gateway tests: Feast online store filled, a real Triton with good and faulty versions.
 
-Versions (see mlrelease.devkit): 1 good (stable), 2 good (a healthy candidate), 3 NaN on every row,
+Versions (see mlrelease_drills.devkit): 1 good (stable), 2 good (a healthy candidate), 3 NaN on every row,
 4 NaN on remote routes only (the long tail), 5 refused at inference (an error on every request).
 """
 
@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from mlrelease import devkit
 from mlrelease.gateway.auth import add_client
 from mlrelease.serving import local_triton
 from mlrelease.serving.triton_client import TritonClient
 from mlrelease.settings import Settings
 from mlrelease.timewindow import Window
+from mlrelease_drills import devkit
 from tests.conftest import WINDOW_END, WINDOW_START, free_port
 
 WINDOW = Window.parse(WINDOW_START, WINDOW_END)

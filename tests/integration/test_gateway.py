@@ -17,13 +17,21 @@ import requests
 from hypothesis import HealthCheck, settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from mlrelease.devkit import ERRORS, GOOD, HEALTHY_CANDIDATE, NAN_ALL, NAN_LONG_TAIL, background_traffic, redis_server
 from mlrelease.gateway import traffic
 from mlrelease.gateway.config import load_config
 from mlrelease.gateway.fallback import rule_eta
 from mlrelease.model.features import FEATURES, encode_row
 from mlrelease.registry import MODEL_NAME
 from mlrelease.timewindow import parse_timestamp
+from mlrelease_drills.devkit import (
+    ERRORS,
+    GOOD,
+    HEALTHY_CANDIDATE,
+    NAN_ALL,
+    NAN_LONG_TAIL,
+    background_traffic,
+    redis_server,
+)
 from tests.conftest import WINDOW_END, free_port
 from tests.integration.serving_world import World, gateway_process, serving_world
 
@@ -309,7 +317,7 @@ def test_redis_online_store_and_routing_state(world, pool, tmp_path):
     """Several replicas' production choice: Redis for features and routing. Redis down → 503, no crash."""
     import redis as redis_client
 
-    from mlrelease.gateway.routing_store import open_routing_store
+    from mlrelease.gateway.routing_store_factory import open_routing_store
     from mlrelease.settings import Settings
     from mlrelease.steps.materialize import materialize
     from tests.integration.serving_world import WINDOW

@@ -267,7 +267,7 @@ def test_no_stage_opens_when_the_guardrails_cannot_see_the_routed_traffic(kube, 
 
 
 def test_the_gateway_router_refuses_where_the_cluster_routes_with_an_httproute(tmp_path, monkeypatch):
-    from mlrelease.rollout.traffic_router import open_traffic_router
+    from mlrelease.rollout.traffic_router_factory import open_traffic_router
 
     mounted = tmp_path / "httproute.yaml"  # deploy/ mounts this only in httproute mode
     mounted.write_text("name: parcel-eta\n")

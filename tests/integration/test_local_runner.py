@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from mlrelease.render import sample_context
 from mlrelease_airflow.catalog import STEPS
 from mlrelease_airflow.local_runner import LocalStepOperator
+from mlrelease_airflow.render_pods import sample_context
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 29, 2, tzinfo=UTC)

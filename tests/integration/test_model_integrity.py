@@ -21,10 +21,17 @@ from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.serving.cpu_repo import sync_cpu_repository
 from mlrelease.serving.endpoint import publish_to_local_server
 from mlrelease.serving.local_triton import TritonPaths
-from mlrelease.serving.triton_repo import read_config, set_version_policy, version_dir, write_version
+from mlrelease.serving.triton_repo import (
+    model_repository,
+    parity_file,
+    read_config,
+    set_version_policy,
+    version_dir,
+    write_version,
+)
 from mlrelease.settings import Settings
 from mlrelease.steps.benchmark import benchmark
-from mlrelease.steps.export import export, model_repository, parity_file
+from mlrelease.steps.export import export
 from mlrelease.steps.train import train
 from mlrelease.steps.validate_serving import validate_serving
 from mlrelease.storage import sha256

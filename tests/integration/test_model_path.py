@@ -17,11 +17,11 @@ from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
 from mlrelease.serving import local_triton
 from mlrelease.serving.perf import PerfSettings
 from mlrelease.serving.triton_client import TritonClient
-from mlrelease.serving.triton_repo import parse_pbtxt, version_dir
+from mlrelease.serving.triton_repo import model_repository, parity_file, parse_pbtxt, version_dir
 from mlrelease.settings import Settings
 from mlrelease.steps.apply_features import apply_features
 from mlrelease.steps.benchmark import benchmark
-from mlrelease.steps.export import export, model_repository, parity_file
+from mlrelease.steps.export import export
 from mlrelease.steps.train import train
 from mlrelease.steps.validate_data import validate_data
 from mlrelease.steps.validate_serving import validate_serving

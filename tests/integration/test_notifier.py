@@ -16,10 +16,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlrelease_airflow.notifiers import WebhookAlertNotifier, release_alerts, webhook_url
+from mlrelease_airflow.notifiers import release_alerts
 from mlrelease_airflow.notify_alert import EVENTS, AlertDeliveryError
 from mlrelease_airflow.notify_email import EmailAlertNotifier
 from mlrelease_airflow.notify_slack import SlackAlertNotifier
+from mlrelease_airflow.notify_webhook import WebhookAlertNotifier, webhook_url
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlrelease.devkit import free_port
+from mlrelease_drills.devkit import free_port
 from tests.unit.test_report import END, KEY, write_cohort_rollback_run, write_promoted_run
 
 pytestmark = pytest.mark.integration

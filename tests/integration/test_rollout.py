@@ -22,16 +22,6 @@ import pytest
 import requests
 import yaml
 
-from mlrelease import devkit
-from mlrelease.devkit import (
-    ERRORS,
-    GOOD,
-    HEALTHY_CANDIDATE,
-    LOW_CONFIDENCE_LONG_TAIL,
-    NAN_FEW_LONG_TAIL,
-    SHIFTED_HIGH_VALUE,
-    SLOW,
-)
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.gateway import traffic
 from mlrelease.gateway.config import load_config
@@ -42,11 +32,20 @@ from mlrelease.rollout.gates import REQUIRED_GATES
 from mlrelease.rollout.machine import Phase
 from mlrelease.rollout.store import RolloutBusy, RolloutStore
 from mlrelease.serving import local_triton
-from mlrelease.serving.triton_repo import set_version_policy, versions_present
+from mlrelease.serving.triton_repo import model_repository, set_version_policy, versions_present
 from mlrelease.steps import rollout as steps
-from mlrelease.steps.export import model_repository
 from mlrelease.steps.shadow import shadow
 from mlrelease.timewindow import parse_timestamp, run_key
+from mlrelease_drills import devkit
+from mlrelease_drills.devkit import (
+    ERRORS,
+    GOOD,
+    HEALTHY_CANDIDATE,
+    LOW_CONFIDENCE_LONG_TAIL,
+    NAN_FEW_LONG_TAIL,
+    SHIFTED_HIGH_VALUE,
+    SLOW,
+)
 from tests.conftest import WINDOW_END
 from tests.integration.serving_world import MLRELEASE, World, gateway_process, serving_world
 

@@ -16,17 +16,17 @@ import numpy as np
 import pytest
 import yaml
 
-from mlrelease import devkit
 from mlrelease.errors import GateFailed
 from mlrelease.model.features import FEATURES
 from mlrelease.model.onnx_export import OUTPUTS, to_onnx
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.serving import local_triton
-from mlrelease.serving.faults import faulty_model
 from mlrelease.serving.triton_client import TritonClient
 from mlrelease.settings import Settings
 from mlrelease.steps.shadow import shadow
 from mlrelease.timewindow import parse_timestamp, run_key
+from mlrelease_drills import devkit
+from mlrelease_drills.faults import faulty_model
 from tests.conftest import WINDOW_END, free_port
 
 pytestmark = pytest.mark.integration

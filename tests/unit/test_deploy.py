@@ -235,8 +235,8 @@ def test_a_restarted_triton_pod_loads_the_declared_versions(
     import dataclasses
 
     from mlrelease.registry import MODEL_NAME
+    from mlrelease.serving.triton_repo import model_repository
     from mlrelease.settings import Settings
-    from mlrelease.steps.export import model_repository
 
     values, objects = shipped
     spec = pod_spec(objects, values.triton.name)
@@ -363,7 +363,7 @@ def allowed(
 @pytest.fixture(scope="module")
 def step_pod() -> dict[str, Any]:
     """A step pod exactly as the DAG's KubernetesPodOperator builds it (defaults: no MLRELEASE_K8S_* set)."""
-    from mlrelease.render import render_manifest
+    from mlrelease_airflow.render_pods import render_manifest
 
     return render_manifest("benchmark")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlrelease.devkit import training_frame
 from mlrelease.model.estimator import EtaModel
 from mlrelease.model.features import FEATURES, encode
 from mlrelease.model.onnx_export import run_onnx, to_onnx
-from mlrelease.serving.faults import FAULT_KINDS, faulty_model
+from mlrelease_drills.devkit import training_frame
+from mlrelease_drills.faults import FAULT_KINDS, faulty_model
 
 REMOTE = FEATURES.index("is_remote")
 BULKY = FEATURES.index("is_bulky")
@@ -191,3 +191,61 @@ def test_bad_arguments_are_refused(sample, kind, options, message):
     model_bytes, _ = sample
     with pytest.raises(ValueError, match=message):
         faulty_model(model_bytes, kind, **options)
+
+
+# ---- the export step's drill hook (`make run CANDIDATE_FAULT=…`), the one place mlrelease imports the drills ---
+
+
+class _Registry:
+    """What the hook asks of the registry: the champion's version, and a place for the `drill_fault` tag."""
+
+    def __init__(self, champion: int | None) -> None:
+        self.champion, self.tags = champion, {}
+
+    def alias_version(self, alias: str) -> int | None:
+        return self.champion
+
+    def tag_version(self, version: int, **tags: str) -> None:
+        self.tags.update(tags)
+
+
+def test_the_drill_hook_leaves_the_candidate_alone_without_the_variable(monkeypatch):
+    from mlrelease.steps.export import DRILL_ENV, _drill
+
+    monkeypatch.delenv(DRILL_ENV, raising=False)
+    registry = _Registry(champion=1)
+    assert _drill(registry, 2, b"graph") == b"graph" and registry.tags == {}
+    monkeypatch.setenv(DRILL_ENV, "slow")
+    assert _drill(_Registry(champion=None), 1, b"graph") == b"graph"  # a first champion
+
+
+def test_the_drill_hook_injects_the_named_fault_and_tags_the_version(monkeypatch):
+    from mlrelease.steps.export import DRILL_ENV, _drill
+    from mlrelease_drills import faults
+
+    monkeypatch.setenv(DRILL_ENV, "slow")
+    monkeypatch.setattr(faults, "drill_candidate", lambda model_bytes, drill: model_bytes + drill.encode())
+    registry = _Registry(champion=1)
+    assert _drill(registry, 2, b"graph") == b"graphslow"
+    assert registry.tags == {"drill_fault": "slow"}
+
+
+def test_the_drill_hook_names_the_variable_for_an_unknown_drill(monkeypatch):
+    from mlrelease.errors import StepError
+    from mlrelease.steps.export import DRILL_ENV, _drill
+
+    monkeypatch.setenv(DRILL_ENV, "no_such_drill")
+    with pytest.raises(StepError, match=f"{DRILL_ENV}: unknown candidate drill 'no_such_drill'"):
+        _drill(_Registry(champion=1), 2, b"graph")
+
+
+def test_the_drill_hook_says_so_when_the_drills_package_is_missing(monkeypatch):
+    import sys
+
+    from mlrelease.errors import StepError
+    from mlrelease.steps.export import DRILL_ENV, _drill
+
+    monkeypatch.setenv(DRILL_ENV, "slow")
+    monkeypatch.setitem(sys.modules, "mlrelease_drills.faults", None)  # as if the package were not installed
+    with pytest.raises(StepError, match=f"{DRILL_ENV} is set, but the drills package mlrelease_drills"):
+        _drill(_Registry(champion=1), 2, b"graph")

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mlrelease.devkit import write_gateway_config
 from mlrelease.errors import StepError
 from mlrelease.gateway.app import create_app_from_env
+from mlrelease_drills.devkit import write_gateway_config
 
 
 def test_workers_get_the_replay_instant_and_config_from_the_environment(tmp_path, monkeypatch):

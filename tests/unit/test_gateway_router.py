@@ -167,7 +167,7 @@ def test_a_redis_password_never_reaches_the_store_location():
 
 
 def test_a_file_url_with_a_host_is_refused():
-    from mlrelease.gateway.routing_store import open_routing_store
+    from mlrelease.gateway.routing_store_factory import open_routing_store
 
     with pytest.raises(StepError, match="three slashes"):
         open_routing_store("file://gateway/routing.json", MODEL)

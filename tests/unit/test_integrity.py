@@ -165,7 +165,7 @@ def test_a_missing_output_is_named(good):
 
 
 def test_a_wider_input_and_garbage_are_named(good):
-    from mlrelease.serving.faults import faulty_model
+    from mlrelease_drills.faults import faulty_model
 
     n = len(FEATURES)
     assert graph_problems(faulty_model(good, "error"), _config()) == [
@@ -187,7 +187,7 @@ def test_a_declared_shape_the_graph_does_not_compute_is_refused_by_strict_infere
 
 def test_the_drill_faults_still_meet_the_contract(good):
     # An export rerun re-checks the published bytes, drill versions included: they must stay servable.
-    from mlrelease.serving.faults import CANDIDATE_DRILLS, drill_candidate, faulty_model
+    from mlrelease_drills.faults import CANDIDATE_DRILLS, drill_candidate, faulty_model
 
     for drill in sorted(set(CANDIDATE_DRILLS) - {"slow"}):
         assert graph_problems(drill_candidate(good, drill), _config()) == [], drill

@@ -10,10 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlrelease_airflow.notifiers import alert_payload, connection_url, release_alerts
+from mlrelease_airflow.notifiers import release_alerts
 from mlrelease_airflow.notify_alert import AlertDeliveryError, alert_from_context, check_event, subscribed
 from mlrelease_airflow.notify_email import addresses, email_message, settings_from_connection
 from mlrelease_airflow.notify_slack import slack_message
+from mlrelease_airflow.notify_webhook import alert_payload, connection_url
 
 KEY = "20261129T020000Z"
 END = datetime(2026, 11, 29, 2, tzinfo=UTC)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
-from mlrelease.render import render_manifest, render_pods, validation_errors
 from mlrelease_airflow.catalog import STEPS
 from mlrelease_airflow.pod_spec import STATE_MOUNT
+from mlrelease_airflow.render_pods import render_manifest, render_pods, validation_errors
 from tests.conftest import REPO
 
 K8S_VERSION = "1.37.0"
@@ -91,6 +93,19 @@ def test_render_pods_writes_one_yaml_per_step(tmp_path):
     assert sorted(p.split("/")[-1] for p in result["manifests"]) == sorted(f"{s}.yaml" for s in STEPS)
     loaded = yaml.safe_load((tmp_path / "check-freshness.yaml").read_text())
     assert loaded["kind"] == "Pod" and loaded["apiVersion"] == "v1"
+
+
+def test_the_render_pods_command_prints_its_result(tmp_path, capsys):
+    """`python -m mlrelease_airflow.render_pods --out DIR` (what `make render-pods` runs)."""
+    from mlrelease_airflow.render_pods import main
+
+    assert main(["--out", str(tmp_path), "--kubernetes-version", K8S_VERSION]) == 0
+    out = capsys.readouterr().out  # the operator's "Building pod" log lines come first
+    assert len(json.loads(out[out.index("{\n") :])["manifests"]) == len(STEPS) == len(list(tmp_path.glob("*.yaml")))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert main(["--out", str(blocked)]) == 2  # one error line, the CLI's step-error code
+    assert capsys.readouterr().err.startswith("render-pods: error: ")
 
 
 # --- the platform's pod template (MLRELEASE_K8S_POD_TEMPLATE_FILE) ------------------------------------------

@@ -489,7 +489,7 @@ def test_a_failed_build_keeps_the_previous_report(home: Path, monkeypatch: pytes
 
 
 def test_unreachable_mlflow_still_writes_the_report(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mlrelease.devkit import free_port
+    from mlrelease_drills.devkit import free_port
 
     write_bootstrap_run(home)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")

@@ -12,7 +12,8 @@ import pytest
 from mlrelease.errors import StepError
 from mlrelease.gateway.file_routing_store import FileRoutingStore
 from mlrelease.gateway.routing_state import RoutingState
-from mlrelease.gateway.routing_store import RoutingStateCorrupt, open_routing_store
+from mlrelease.gateway.routing_store import RoutingStateCorrupt
+from mlrelease.gateway.routing_store_factory import open_routing_store
 
 MODEL = "parcel_eta"
 

@@ -18,13 +18,13 @@ import pytest
 from mlrelease.cli import build_parser, run
 from mlrelease.errors import Skipped
 from mlrelease.outcome import INTERVAL_END_ENV, RUN_ID_ENV, TASK_ID_ENV, TRY_NUMBER_ENV, StepRun, read_outcome
-from mlrelease.render import SAMPLE_CONTEXT, sample_context
 from mlrelease.report.collect import REPORT_TASK, step_lines
 from mlrelease.report.inputs import run_outcomes
 from mlrelease.settings import Settings
 from mlrelease.stepdefs import NIGHTLY_PARAMS, RELEASE_CONTROL_PARAMS, STEPS
 from mlrelease.timewindow import run_key
 from mlrelease_airflow.local_runner import LocalStepOperator, resolve_entrypoint
+from mlrelease_airflow.render_pods import SAMPLE_CONTEXT, sample_context
 from tests.conftest import REPO
 
 DAGS = ("nightly_release", "rollback_release")

@@ -33,7 +33,7 @@ from mlrelease.gateway.online_features import (
     wall_clock,
 )
 from mlrelease.gateway.router import Router
-from mlrelease.gateway.routing_store import open_routing_store
+from mlrelease.gateway.routing_store_factory import open_routing_store
 from mlrelease.gateway.service import PredictService, RoutingStateMissing
 from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.triton_client import host_port

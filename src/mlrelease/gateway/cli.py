@@ -63,7 +63,7 @@ def _cmd_key_add(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
 
 
 def _store(args: argparse.Namespace, settings: Settings) -> Any:
-    from mlrelease.gateway.routing_store import open_routing_store
+    from mlrelease.gateway.routing_store_factory import open_routing_store
 
     config = _config(args)
     return config, open_routing_store(config.state_url(settings), config.model)

@@ -1,4 +1,5 @@
-"""Where the routing state lives: one Protocol, a file store (default) and a Redis store (several replicas)."""
+"""Where the routing state lives: one Protocol, a file store (default) and a Redis store (several replicas),
+each in its own file; the factory in `routing_store_factory.py`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -64,19 +64,3 @@ def stamp(current: RoutingState | None, new: RoutingState, by: str) -> RoutingSt
     return new.model_copy(
         update={"revision": revision, "epoch": epoch, "updated_at": datetime.now(UTC), "updated_by": by}
     )
-
-
-def open_routing_store(url: str, model: str) -> RoutingStore:
-    """The store for a URL: file:///abs/path.json or redis://host:port/db."""
-    parts = urlsplit(url)
-    if parts.scheme == "file" and parts.path and parts.netloc not in ("", "localhost"):
-        raise StepError(f"routing state URL {url!r} has a host; a file URL needs three slashes: file:///abs/path.json")
-    if parts.scheme == "file" and parts.path:
-        from mlrelease.gateway.file_routing_store import FileRoutingStore
-
-        return FileRoutingStore(parts.path)
-    if parts.scheme in ("redis", "rediss"):
-        from mlrelease.gateway.redis_routing_store import RedisRoutingStore
-
-        return RedisRoutingStore(url, model)
-    raise StepError(f"routing state URL {url!r} is neither file:///path nor redis://host:port/db")

@@ -9,14 +9,15 @@ from datetime import datetime
 from mlrelease.errors import StepError
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
 from mlrelease.rollout.machine import Phase, RolloutState, candidate_percent
-from mlrelease.rollout.metrics_source import MetricsSource, metrics_source_kind, open_metrics_source
+from mlrelease.rollout.metrics_source import MetricsSource
+from mlrelease.rollout.metrics_source_factory import metrics_source_kind, open_metrics_source
 from mlrelease.rollout.store import RolloutRecord, RolloutStore
-from mlrelease.rollout.traffic_router import Routing, TrafficRouter, open_traffic_router
+from mlrelease.rollout.traffic_router import Routing, TrafficRouter
+from mlrelease.rollout.traffic_router_factory import open_traffic_router
 from mlrelease.serving.endpoint import publish_to_local_server, triton_url
 from mlrelease.serving.triton_client import TritonClient
-from mlrelease.serving.triton_repo import set_version_policy, versions_present
+from mlrelease.serving.triton_repo import model_repository, set_version_policy, versions_present
 from mlrelease.settings import Settings
-from mlrelease.steps.export import model_repository
 
 DRAIN_S = 1.0  # after traffic moves, in-flight calls (candidate timeout 0.5 s) finish before an unload
 

@@ -9,7 +9,8 @@ from pydantic import ValidationError
 from mlrelease.errors import StepError
 from mlrelease.gateway.config import load_config
 from mlrelease.gateway.routing_state import RoutingState
-from mlrelease.gateway.routing_store import RoutingStore, open_routing_store
+from mlrelease.gateway.routing_store import RoutingStore
+from mlrelease.gateway.routing_store_factory import open_routing_store
 from mlrelease.rollout.traffic_router import Routing
 from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.triton_client import require_ready

@@ -1,4 +1,5 @@
-"""`TrafficRouter`: how the rollout moves traffic. One Protocol; one implementation per file; a factory.
+"""`TrafficRouter`: how the rollout moves traffic. One Protocol; one implementation per file; the factory in
+`traffic_router_factory.py`.
 
 The built-in implementation writes the gateway's routing document (`gateway_router.py`). A cluster that
 already runs a Gateway API controller can route with an HTTPRoute instead (`httproute_router.py`).
@@ -6,13 +7,8 @@ already runs a Gateway API controller can route with an HTTPRoute instead (`http
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
-
-from mlrelease.errors import StepError
-from mlrelease.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -44,39 +40,3 @@ class TrafficRouter(Protocol):
 
     def apply(self, routing: Routing, *, reason: str, clear_trips: bool = False) -> Routing:
         """Replace the routing in one atomic write (after checking every routed version is served)."""
-
-
-ROUTERS = ("gateway", "httproute")
-
-
-def open_traffic_router(settings: Settings, model: str) -> TrafficRouter:
-    """The router named by MLRELEASE_TRAFFIC_ROUTER: `gateway` (default, the built-in routing state) or `httproute`."""
-    kind = os.environ.get("MLRELEASE_TRAFFIC_ROUTER", "gateway")
-    if kind == "gateway":
-        from mlrelease.rollout.gateway_router import GatewayTrafficRouter
-
-        mounted = os.environ.get("MLRELEASE_HTTPROUTE_CONFIG")
-        if mounted and Path(mounted).is_file():
-            # deploy/ mounts the router config only in httproute mode: routing the gateway's state there
-            # would move no real traffic while the rollout believes it did.
-            raise StepError(
-                f"the cluster routes with an HTTPRoute ({mounted} is mounted), but MLRELEASE_TRAFFIC_ROUTER is "
-                "'gateway': set MLRELEASE_TRAFFIC_ROUTER=httproute in Airflow's environment"
-            )
-
-        return GatewayTrafficRouter.from_settings(settings, model)
-    if kind == "httproute":
-        from mlrelease.gateway.config import load_config
-        from mlrelease.rollout.httproute_router import HTTPRouteTrafficRouter
-
-        router = HTTPRouteTrafficRouter.from_config()
-        if router.config.model != model:
-            raise StepError(f"HTTPRoute config serves model {router.config.model!r}, the rollout is of {model!r}")
-        # A cohort without its own rule would silently follow the "*" share.
-        cohorts = load_config().cohorts.names
-        if set(router.config.cohorts) != set(cohorts):
-            raise StepError(
-                f"HTTPRoute config cohorts {sorted(router.config.cohorts)} differ from the gateway's {sorted(cohorts)}"
-            )
-        return router
-    raise StepError(f"MLRELEASE_TRAFFIC_ROUTER must be one of {', '.join(ROUTERS)}; got {kind!r}")

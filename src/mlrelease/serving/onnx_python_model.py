@@ -8,7 +8,7 @@ At initialize it refuses (a RuntimeError fails Triton's load of this version) a 
 size is not what the export recorded, and a graph whose outputs are not exactly the config's (name, type,
 full shape): the server then reports the load as failed, instead of serving bytes nobody checked or
 answering with tensors the clients do not expect. Inputs are left to the runtime on purpose: a graph with
-the wrong input width loads and fails each request, which is the `error` drill of serving/faults.py.
+the wrong input width loads and fails each request, which is the `error` drill of mlrelease_drills/faults.py.
 """
 
 import hashlib

@@ -20,6 +20,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.settings import Settings
 from mlrelease.storage import sha256, write_text_atomic
 
@@ -30,6 +31,20 @@ METADATA_FILE = "model_config.json"
 def model_repository(settings: Settings) -> Path:
     """The production-format Triton model repository (MLRELEASE_MODEL_REPOSITORY, default under MLRELEASE_HOME)."""
     return Path(os.environ.get("MLRELEASE_MODEL_REPOSITORY", settings.home / "model_repository")).resolve()
+
+
+def parity_file(settings: Settings, version: int) -> Path:
+    """Where the export keeps the parity sample and its expected outputs for validate-serving."""
+    return settings.home / "exports" / MODEL_NAME / str(version) / "parity.npz"
+
+
+def served_versions(root: Path, registry: Registry, version: int) -> list[int]:
+    """Versions to keep loaded: the champion (if it is in the repository) and the new candidate."""
+    champion = registry.alias_version(CHAMPION)
+    keep = {version}
+    if champion is not None and champion in versions_present(root, MODEL_NAME):
+        keep.add(champion)
+    return sorted(keep)
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,8 @@ from mlrelease.serving.local_triton import perf_analyzer_command
 from mlrelease.serving.perf import Level, PerfSettings, Verdict, compare, median_levels, run_perf_analyzer
 from mlrelease.serving.perf_plot import plot_levels
 from mlrelease.serving.triton_client import TritonClient
-from mlrelease.serving.triton_repo import versions_present
+from mlrelease.serving.triton_repo import model_repository, versions_present
 from mlrelease.settings import Settings
-from mlrelease.steps.export import model_repository
 
 
 def _check_served(settings: Settings, client: TritonClient, registry: Registry, versions: list[int]) -> None:

@@ -62,7 +62,7 @@ def diagnose(
 ) -> dict[str, Any]:
     """Rank the cohort's features by shift since `since`; the report is also written under the run's artifacts."""
     if source is None:
-        from mlrelease.rollout.metrics_source import open_metrics_source
+        from mlrelease.rollout.metrics_source_factory import open_metrics_source
 
         source = open_metrics_source(settings)
     recent = source.features(cohort, since, until)

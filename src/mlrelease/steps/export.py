@@ -9,6 +9,7 @@ outputs that validate-serving compares with are only ever derived from verified 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,10 @@ from mlrelease.serving.triton_repo import (
     ServingConfig,
     build_config,
     model_repository,
+    parity_file,
     read_metadata,
+    served_versions,
     version_dir,
-    versions_present,
     write_config,
     write_version,
 )
@@ -38,20 +40,6 @@ DEFAULT_PARITY_TOLERANCE = 1e-3
 # `make run CANDIDATE_FAULT=…` sets this for tonight's run only: the candidate is exported with a drill fault
 # (after every export check passed on the good graph), tagged `drill_fault`, to show a gate stopping it.
 DRILL_ENV = "MLRELEASE_DRILL_CANDIDATE_FAULT"
-
-
-def parity_file(settings: Settings, version: int) -> Path:
-    """Where the export keeps the parity sample and its expected outputs for validate-serving."""
-    return settings.home / "exports" / MODEL_NAME / str(version) / "parity.npz"
-
-
-def served_versions(root: Path, registry: Registry, version: int) -> list[int]:
-    """Versions to keep loaded: the champion (if it is in the repository) and the new candidate."""
-    champion = registry.alias_version(CHAMPION)
-    keep = {version}
-    if champion is not None and champion in versions_present(root, MODEL_NAME):
-        keep.add(champion)
-    return sorted(keep)
 
 
 def _contract(version: int) -> Any:
@@ -113,13 +101,26 @@ def _published_bytes(root: Path, registry: Registry, version: int) -> bytes:
     return model_bytes
 
 
+def _drill_hook() -> Callable[[bytes, str], bytes]:
+    """`mlrelease_drills.faults.drill_candidate`, imported only for a drill: the product never needs the package."""
+    try:
+        from mlrelease_drills.faults import drill_candidate
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("mlrelease_drills", "mlrelease_drills.faults"):
+            raise  # the drills package is there but something it needs is not: its own error says what
+        raise StepError(
+            f"{DRILL_ENV} is set, but the drills package mlrelease_drills (src/mlrelease_drills, shipped with the "
+            "repository's distribution) is not installed here: install it to run a drill, or unset the variable"
+        ) from None
+    return drill_candidate
+
+
 def _drill(registry: Registry, version: int, model_bytes: bytes) -> bytes:
     """The drill fault of DRILL_ENV injected into a candidate (never into a first champion); else unchanged."""
     drill = os.environ.get(DRILL_ENV, "").strip()
     if not drill or registry.alias_version(CHAMPION) in (None, version):
         return model_bytes
-    from mlrelease.serving.faults import drill_candidate
-
+    drill_candidate = _drill_hook()
     try:
         faulty = drill_candidate(model_bytes, drill)
     except ValueError as exc:

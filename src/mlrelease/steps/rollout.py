@@ -26,8 +26,8 @@ from mlrelease.rollout.plan import Profile, load_plan
 from mlrelease.rollout.store import RolloutRecord, now_utc
 from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.integrity import verify_version
+from mlrelease.serving.triton_repo import model_repository
 from mlrelease.settings import Settings
-from mlrelease.steps.export import model_repository
 from mlrelease.timewindow import parse_run_key
 
 

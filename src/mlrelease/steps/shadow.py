@@ -29,8 +29,8 @@ from mlrelease.rollout.plan import ShadowSpec, load_plan
 from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.integrity import verify_version
 from mlrelease.serving.triton_client import TritonClient, require_ready
+from mlrelease.serving.triton_repo import model_repository
 from mlrelease.settings import Settings
-from mlrelease.steps.export import model_repository
 from mlrelease.storage import write_json_atomic
 from mlrelease.timewindow import run_key
 from mlrelease.verdicts.decide import ON_INCONCLUSIVE, Verdict, decide

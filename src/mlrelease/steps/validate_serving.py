@@ -22,9 +22,15 @@ from mlrelease.rollout.gates import held_by_open_rollout
 from mlrelease.serving.endpoint import disable_everywhere, publish_to_local_server, triton_url
 from mlrelease.serving.integrity import verify_version
 from mlrelease.serving.triton_client import TritonClient, TritonUnreachable
-from mlrelease.serving.triton_repo import read_config, set_version_policy, versions_present
+from mlrelease.serving.triton_repo import (
+    model_repository,
+    parity_file,
+    read_config,
+    served_versions,
+    set_version_policy,
+    versions_present,
+)
 from mlrelease.settings import Settings
-from mlrelease.steps.export import model_repository, parity_file, served_versions
 
 SERVING_TOLERANCE = 1e-4
 _STUB_TRACEBACK = re.compile(r"\n\nAt:\n(?:  .*\n?)*")  # "At:" then one indented line per frame

@@ -1,8 +1,16 @@
-"""`mlrelease render-pods`: every step's Kubernetes pod manifest, rendered as the DAG would send it and validated."""
+"""Every step's Kubernetes pod manifest, rendered as the DAG would send it and validated.
+
+It renders through the Airflow operators, so it lives with them rather than in the `mlrelease` package (which
+never imports plugins/). Run it with plugins/ on the path, as Airflow puts its plugins folder there:
+`make render-pods OUT=DIR`, i.e. `PYTHONPATH=plugins python -m mlrelease_airflow.render_pods --out DIR`.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,8 +19,11 @@ from typing import Any
 import yaml
 
 from mlrelease.errors import StepError
-from mlrelease.settings import REPO_ROOT
+from mlrelease.exit_codes import EXIT_OK, EXIT_STEP_ERROR
 from mlrelease.stepdefs import NIGHTLY_PARAMS, RELEASE_CONTROL_PARAMS
+from mlrelease_airflow.catalog import STEPS
+from mlrelease_airflow.kubernetes import kubernetes_step_operator
+from mlrelease_airflow.pod_spec import ClusterSettings
 
 # A representative run: the values Airflow substitutes into the step arguments and env.
 SAMPLE_CONTEXT: dict[str, Any] = {
@@ -31,22 +42,11 @@ def sample_context(task_id: str, context: dict[str, Any] | None = None) -> dict[
     return {"ti": ti, **(context or SAMPLE_CONTEXT)}
 
 
-def _plugins_on_path() -> None:
-    plugins = str(REPO_ROOT / "plugins")
-    if plugins not in sys.path:
-        sys.path.insert(0, plugins)
-
-
 def render_manifest(step: str, context: dict[str, Any] | None = None) -> dict[str, Any]:
     """The pod manifest (plain dict, API field names) that the KubernetesPodOperator would create for `step`."""
-    _plugins_on_path()
     from jinja2 import StrictUndefined
     from jinja2.sandbox import SandboxedEnvironment
     from kubernetes.client import ApiClient
-
-    from mlrelease_airflow.catalog import STEPS
-    from mlrelease_airflow.kubernetes import kubernetes_step_operator
-    from mlrelease_airflow.pod_spec import ClusterSettings
 
     task_id = step.replace("-", "_")
     operator = kubernetes_step_operator(task_id, STEPS[step], ClusterSettings.from_env())
@@ -73,9 +73,6 @@ def validation_errors(manifest: dict[str, Any], kubernetes_version: str) -> list
 
 def render_pods(out: str | Path, *, kubernetes_version: str) -> dict[str, Any]:
     """Write `<out>/<step>.yaml` for every catalogue step; fail naming any manifest that does not validate."""
-    _plugins_on_path()
-    from mlrelease_airflow.catalog import STEPS
-
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     written, problems = [], []
@@ -88,3 +85,25 @@ def render_pods(out: str | Path, *, kubernetes_version: str) -> dict[str, Any]:
     if problems:
         raise StepError("invalid pod manifests: " + "; ".join(problems))
     return {"kubernetes_version": kubernetes_version, "manifests": written}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m mlrelease_airflow.render_pods --out DIR`: print the JSON result, or one error line and exit 2."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mlrelease_airflow.render_pods",
+        description="write and validate every step's Kubernetes pod manifest",
+    )
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--kubernetes-version", default="1.37.0")
+    args = parser.parse_args(argv)
+    try:
+        result = render_pods(args.out, kubernetes_version=args.kubernetes_version)
+    except (StepError, ValueError, OSError) as exc:
+        print(f"render-pods: error: {exc}", file=sys.stderr)
+        return EXIT_STEP_ERROR
+    print(json.dumps(result, indent=2, default=str))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,11 +25,11 @@ from mlrelease.model.features import FEATURES, TARGET, encode
 from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import MODEL_NAME
 from mlrelease.serving.cpu_repo import sync_cpu_repository
-from mlrelease.serving.faults import NOT_HIGH_VALUE
 from mlrelease.serving.local_triton import TritonPaths
 from mlrelease.serving.triton_repo import ServingConfig, build_config, write_config, write_version
 from mlrelease.settings import Settings
 from mlrelease.timewindow import Window
+from mlrelease_drills.faults import NOT_HIGH_VALUE
 
 
 def free_port() -> int:
@@ -76,7 +76,7 @@ SLOW, NAN_FEW_LONG_TAIL, LOW_CONFIDENCE_LONG_TAIL, SHIFTED_HIGH_VALUE = 6, 7, 8,
 
 def standard_versions(good: bytes) -> dict[int, bytes]:
     """The good model as versions 1 and 2, and faulty copies of it (one per drill of the gateway and rollout)."""
-    from mlrelease.serving.faults import faulty_model
+    from mlrelease_drills.faults import faulty_model
 
     return {
         GOOD: good,

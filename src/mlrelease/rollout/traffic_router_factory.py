@@ -1,0 +1,45 @@
+"""The factory of `TrafficRouter` (rollout/traffic_router.py): the router MLRELEASE_TRAFFIC_ROUTER names."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mlrelease.errors import StepError
+from mlrelease.rollout.traffic_router import TrafficRouter
+from mlrelease.settings import Settings
+
+ROUTERS = ("gateway", "httproute")
+
+
+def open_traffic_router(settings: Settings, model: str) -> TrafficRouter:
+    """The router named by MLRELEASE_TRAFFIC_ROUTER: `gateway` (default, the built-in routing state) or `httproute`."""
+    kind = os.environ.get("MLRELEASE_TRAFFIC_ROUTER", "gateway")
+    if kind == "gateway":
+        from mlrelease.rollout.gateway_router import GatewayTrafficRouter
+
+        mounted = os.environ.get("MLRELEASE_HTTPROUTE_CONFIG")
+        if mounted and Path(mounted).is_file():
+            # deploy/ mounts the router config only in httproute mode: routing the gateway's state there
+            # would move no real traffic while the rollout believes it did.
+            raise StepError(
+                f"the cluster routes with an HTTPRoute ({mounted} is mounted), but MLRELEASE_TRAFFIC_ROUTER is "
+                "'gateway': set MLRELEASE_TRAFFIC_ROUTER=httproute in Airflow's environment"
+            )
+
+        return GatewayTrafficRouter.from_settings(settings, model)
+    if kind == "httproute":
+        from mlrelease.gateway.config import load_config
+        from mlrelease.rollout.httproute_router import HTTPRouteTrafficRouter
+
+        router = HTTPRouteTrafficRouter.from_config()
+        if router.config.model != model:
+            raise StepError(f"HTTPRoute config serves model {router.config.model!r}, the rollout is of {model!r}")
+        # A cohort without its own rule would silently follow the "*" share.
+        cohorts = load_config().cohorts.names
+        if set(router.config.cohorts) != set(cohorts):
+            raise StepError(
+                f"HTTPRoute config cohorts {sorted(router.config.cohorts)} differ from the gateway's {sorted(cohorts)}"
+            )
+        return router
+    raise StepError(f"MLRELEASE_TRAFFIC_ROUTER must be one of {', '.join(ROUTERS)}; got {kind!r}")
