@@ -112,6 +112,7 @@ def main() -> None:
     from mlrelease.gateway.traffic import build_requests, order_pool
     from mlrelease.registry import MODEL_NAME, Registry
     from mlrelease.rollout.context import RolloutContext
+    from mlrelease.rollout.gates import REQUIRED_GATES
     from mlrelease.serving import local_triton
     from mlrelease.serving.triton_repo import versions_present
     from mlrelease.settings import Settings
@@ -139,8 +140,11 @@ def main() -> None:
             registry = Registry.from_settings(settings)
             client = registry.client()
             client.create_registered_model(MODEL_NAME)
-            for _ in versions_present(home / "model_repository", MODEL_NAME):  # MLflow numbers them 1, 2, …
+            for version in versions_present(home / "model_repository", MODEL_NAME):  # MLflow numbers them 1, 2, …
                 client.create_model_version(MODEL_NAME, source=str(home), run_id=None)
+                # a real candidate passed export, validation, benchmark and shadow before any rollout-stage
+                for tag, passed in REQUIRED_GATES.items():
+                    client.set_model_version_tag(MODEL_NAME, str(version), tag, passed)
             ctx = RolloutContext.open(settings)
             world = {
                 "settings": settings,
