@@ -241,3 +241,15 @@ def events_filter(conn: Any) -> str | None:
     if isinstance(value, list):
         value = ",".join(str(v) for v in value)
     return value
+
+
+def subscribed_connection(conn_id: str, event: str, channel: str, log: Any) -> Any:
+    """The channel's connection when it exists and subscribes to `event`; None (with a logged reason) otherwise."""
+    conn = connection_or_none(conn_id)
+    if conn is None:
+        log.info("%s alert skipped: no connection %s", channel, conn_id)
+        return None
+    if not subscribed(events_filter(conn), event, source=f"connection {conn_id} extra events"):
+        log.info("%s alert skipped: %s is not in the events of connection %s", channel, event, conn_id)
+        return None
+    return conn

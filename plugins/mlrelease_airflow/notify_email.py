@@ -31,8 +31,7 @@ from mlrelease_airflow.notify_alert import (
     alert_from_context,
     check_event,
     connection_or_none,
-    events_filter,
-    subscribed,
+    subscribed_connection,
 )
 
 SMTP_CONN_ID = "mlrelease_smtp"
@@ -200,12 +199,8 @@ class EmailAlertNotifier(BaseNotifier):
 
     def notify(self, context: Any) -> None:
         """Send the e-mail; skip (logged) when unconfigured or not subscribed; raise when delivery fails."""
-        conn = connection_or_none(self.conn_id)
+        conn = subscribed_connection(self.conn_id, self.event, "e-mail", self.log)
         if conn is None:
-            self.log.info("e-mail alert skipped: no connection %s", self.conn_id)
-            return
-        if not subscribed(events_filter(conn), self.event, source=f"connection {self.conn_id} extra events"):
-            self.log.info("e-mail alert skipped: %s is not in the events of connection %s", self.event, self.conn_id)
             return
         settings = settings_from_connection(conn)
         if not settings.sender:

@@ -20,9 +20,7 @@ from mlrelease_airflow.notify_alert import (
     AlertDeliveryError,
     alert_from_context,
     check_event,
-    connection_or_none,
-    events_filter,
-    subscribed,
+    subscribed_connection,
 )
 
 SLACK_CONN_ID = "mlrelease_slack"
@@ -129,12 +127,8 @@ class SlackAlertNotifier(BaseNotifier):
 
     def notify(self, context: Any) -> None:
         """Send the message; skip (logged) when unconfigured or not subscribed; raise when delivery fails."""
-        conn = connection_or_none(self.conn_id)
+        conn = subscribed_connection(self.conn_id, self.event, "Slack", self.log)
         if conn is None:
-            self.log.info("Slack alert skipped: no connection %s", self.conn_id)
-            return
-        if not subscribed(events_filter(conn), self.event, source=f"connection {self.conn_id} extra events"):
-            self.log.info("Slack alert skipped: %s is not in the events of connection %s", self.event, self.conn_id)
             return
         message = slack_message(alert_from_context(context, self.event))
         # Imported here: the provider loads slack_sdk, which DAG parsing must not pay for.

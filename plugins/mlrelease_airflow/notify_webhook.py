@@ -14,8 +14,7 @@ from mlrelease_airflow.notify_alert import (
     alert_from_context,
     check_event,
     connection_or_none,
-    events_filter,
-    subscribed,
+    subscribed_connection,
 )
 
 DEFAULT_CONN_ID = "mlrelease_alerts"
@@ -106,13 +105,8 @@ class WebhookAlertNotifier(BaseNotifier):
         """Send the alert; no connection means log and return (alerts must never mask the failure)."""
         import requests
 
-        conn = connection_or_none(self.conn_id)
+        conn = subscribed_connection(self.conn_id, self.event, "webhook", self.log)
         if conn is None:
-            self.log.warning("webhook alert skipped: no connection %s", self.conn_id)
-            return
-        source = f"connection {self.conn_id} extra events"
-        if not subscribed(events_filter(conn), self.event, source=source):
-            self.log.info("webhook alert skipped: %s is not in the events of connection %s", self.event, self.conn_id)
             return
         fmt = self.payload_format or conn.extra_dejson.get("format") or "json"
         if fmt not in FORMATS:
