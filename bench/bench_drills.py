@@ -61,6 +61,8 @@ from common import (  # noqa: E402
     traffic_process,
 )
 
+from mlrelease_drills.devkit import established_connections, unreadable  # noqa: E402
+
 RATE = 200.0
 CANDIDATE = 2  # devkit.HEALTHY_CANDIDATE: the drills measure recovery, not a bad model
 WARM_S = 3.0  # traffic on stable before the stage opens
@@ -332,16 +334,6 @@ def _workers(master: Any) -> set[int]:
     return alive
 
 
-def _connections(pid: int, port: int) -> int:
-    import psutil
-
-    try:
-        conns = psutil.Process(pid).net_connections(kind="tcp")
-    except psutil.NoSuchProcess:
-        return 0
-    return sum(c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port for c in conns)
-
-
 def _served_by(decisions: Path) -> set[int]:
     """Pids of the gateway workers that wrote a decision-log file (`<hour>-<host>-<pid>.jsonl`)."""
     return {int(p.stem.rsplit("-", 1)[1]) for p in decisions.glob("*.jsonl")}
@@ -407,8 +399,8 @@ def drill_worker(d: Drill) -> None:
     d.open_stage()
     analysis = in_background(dag_analysis, d.world.settings, 0, d.key)
     time.sleep(FAULT_AFTER_S)
-    victim = max(before, key=lambda pid: _connections(pid, d.port))
-    held = _connections(victim, d.port)
+    victim = max(before, key=lambda pid: established_connections(pid, d.port))
+    held = established_connections(victim, d.port)
     os.kill(victim, signal.SIGKILL)
     d.fault()
     assert d.fault_at is not None
@@ -530,19 +522,6 @@ def drill_redis(d: Drill, redis: RestartableRedis) -> None:
     redis.start()
     d.notes.append(f"Redis started again after {OUTAGE_S:g} s (data from its append-only file); meanwhile {seen}")
     d.wait_dag(analysis)
-
-
-@contextmanager
-def unreadable(path: Path) -> Iterator[None]:
-    """The routing document replaced by a directory (every read and write fails: OSError) for the block."""
-    saved = path.with_name(path.name + ".drill-saved")
-    os.replace(path, saved)
-    path.mkdir()
-    try:
-        yield
-    finally:
-        path.rmdir()
-        os.replace(saved, path)
 
 
 def drill_store(d: Drill) -> None:

@@ -232,3 +232,27 @@ def background_traffic(url: str, bodies: list[dict[str, Any]], api_key: str, rat
     finally:
         stop.set()
         thread.join(timeout=30)
+
+
+@contextmanager
+def unreadable(path: Path) -> Iterator[None]:
+    """`path` replaced by a directory for the block: every read and write of it fails (an OSError), then restored."""
+    saved = path.with_name(path.name + ".drill-saved")
+    os.replace(path, saved)
+    path.mkdir()
+    try:
+        yield
+    finally:
+        path.rmdir()
+        os.replace(saved, path)
+
+
+def established_connections(pid: int, port: int) -> int:
+    """Client connections process `pid` holds established on its listening `port` (0 once it is gone)."""
+    import psutil
+
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.NoSuchProcess:
+        return 0
+    return sum(c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port for c in conns)

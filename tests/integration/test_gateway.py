@@ -30,6 +30,7 @@ from mlrelease_drills.devkit import (
     NAN_ALL,
     NAN_LONG_TAIL,
     background_traffic,
+    established_connections,
     redis_server,
 )
 from tests.conftest import WINDOW_END, free_port
@@ -412,15 +413,6 @@ def _fresh_predict(url: str, body: dict, key: str) -> bool:
         return False
 
 
-def _connections(pid: int, port: int) -> int:
-    """Established client connections a worker holds on the gateway's port."""
-    try:
-        conns = psutil.Process(pid).net_connections(kind="tcp")
-    except psutil.NoSuchProcess:
-        return 0
-    return sum(c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port for c in conns)
-
-
 def test_a_killed_gateway_worker_costs_at_most_its_in_flight_requests(world, pool):
     """Two workers; `kill -9` the one holding the traffic's connections: the other keeps answering, and uvicorn's
     supervisor starts a replacement that serves."""
@@ -442,7 +434,7 @@ def test_a_killed_gateway_worker_costs_at_most_its_in_flight_requests(world, poo
         )
         with background_traffic(url, bodies, world.api_key, rate=100) as report:
             time.sleep(2)
-            victim = max(before, key=lambda pid: _connections(pid, port))
+            victim = max(before, key=lambda pid: established_connections(pid, port))
             os.kill(victim, signal.SIGKILL)
             killed_at = time.monotonic()
             after = _until(lambda: len(w := _uvicorn_workers(master)) == 2 and victim not in w and w, 30, "2 workers")

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -563,19 +562,6 @@ def _consistent(settings) -> dict:
     return status
 
 
-@contextmanager
-def _unreadable(path: Path) -> Iterator[None]:
-    """The routing document replaced by a directory: every read and write of the store fails (an OSError)."""
-    saved = path.with_name(path.name + ".saved")
-    os.replace(path, saved)
-    path.mkdir()
-    try:
-        yield
-    finally:
-        path.rmdir()
-        os.replace(saved, path)
-
-
 def test_a_triton_killed_mid_stage_heals_with_no_manual_step(fresh, gateway, bodies):
     """kill -9 tritonserver: the supervisor restarts it with the declared versions, the fast guard's trip of the
     candidate fails the stage, the rollback reaches stable, and all four sources of truth agree."""
@@ -626,7 +612,7 @@ def test_an_unreadable_routing_store_keeps_the_gateway_serving_and_the_steps_ref
         ):
             assert time.monotonic() < deadline, "the gateway never read the stage's routing"
             time.sleep(0.1)
-        with _unreadable(path):
+        with devkit.unreadable(path):
             time.sleep(1.0)  # several refreshes of the gateway (every 0.2 s)
             view = requests.get(f"{gateway}/v1/routing", headers=headers, timeout=5).json()
             assert "cannot be read" in view["store_error"]
@@ -636,7 +622,7 @@ def test_an_unreadable_routing_store_keeps_the_gateway_serving_and_the_steps_ref
                 steps.analyze(fresh.settings, 0, HEALTHY_CANDIDATE, release.key, tick=True)
         assert _as_the_dag_runs_it(release, 0) == "advance"
         revision = release.record().revision
-        with _unreadable(path):
+        with devkit.unreadable(path):
             with pytest.raises(StepError, match="cannot be read"):
                 release.stage(1)
         record = release.record()
