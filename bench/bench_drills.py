@@ -61,7 +61,12 @@ from common import (  # noqa: E402
     traffic_process,
 )
 
-from mlrelease_drills.devkit import established_connections, unreadable  # noqa: E402
+from mlrelease_drills.devkit import (
+    decision_log_writers,
+    established_connections,
+    unreadable,
+    uvicorn_workers,
+)  # noqa: E402
 
 RATE = 200.0
 CANDIDATE = 2  # devkit.HEALTHY_CANDIDATE: the drills measure recovery, not a bad model
@@ -320,25 +325,6 @@ def _gateway_master(config: Path) -> Any:
     return found[0]
 
 
-def _workers(master: Any) -> set[int]:
-    """The uvicorn master's live worker processes (multiprocessing spawn children)."""
-    import psutil
-
-    alive = set()
-    for child in master.children():
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
-                alive.add(child.pid)
-        except psutil.NoSuchProcess:
-            continue
-    return alive
-
-
-def _served_by(decisions: Path) -> set[int]:
-    """Pids of the gateway workers that wrote a decision-log file (`<hour>-<host>-<pid>.jsonl`)."""
-    return {int(p.stem.rsplit("-", 1)[1]) for p in decisions.glob("*.jsonl")}
-
-
 def _fresh_predict(d: Drill) -> None:
     """One request on a new connection (a pooled one stays with the worker that accepted it)."""
     import requests
@@ -354,7 +340,7 @@ def wait_serving(d: Drill, pids: set[int], timeout_s: float = 60.0) -> float | N
     """Seconds until every worker in `pids` has answered a request (fresh connections nudge the kernel's choice);
     None if one did not within `timeout_s`."""
     began = time.monotonic()
-    while not pids <= _served_by(d.world.decisions()):
+    while not pids <= decision_log_writers(d.world.decisions()):
         if time.monotonic() - began > timeout_s:
             return None
         _fresh_predict(d)
@@ -393,7 +379,7 @@ def drill_worker(d: Drill) -> None:
     import psutil
 
     master = _gateway_master(Path(os.environ["MLRELEASE_GATEWAY_CONFIG"]))
-    before = _workers(master)
+    before = uvicorn_workers(master)
     if len(before) != GATEWAY_WORKERS:
         raise SystemExit(f"expected {GATEWAY_WORKERS} gateway workers, found {sorted(before)}")
     d.open_stage()
@@ -406,7 +392,7 @@ def drill_worker(d: Drill) -> None:
     assert d.fault_at is not None
     replacement = None
     while time.time() - d.fault_at < 30 and replacement is None:
-        now = _workers(master)
+        now = uvicorn_workers(master)
         replacement = next(iter(now - before), None) if len(now) == GATEWAY_WORKERS else None
         time.sleep(0.05)
     if replacement is None:
@@ -660,7 +646,7 @@ def run_drill(drill: Drill, action: Callable[[Drill], None]) -> Row:
     config = Path(os.environ["MLRELEASE_GATEWAY_CONFIG"])
     with traffic_process(drill.url, drill.world.api_key, rate=RATE, config=config) as traffic:
         traffic.wait_sending(drill.port)
-        if wait_serving(drill, _workers(_gateway_master(config))) is None:
+        if wait_serving(drill, uvicorn_workers(_gateway_master(config))) is None:
             raise SystemExit("the gateway's workers did not all answer within 60 s")
         time.sleep(WARM_S)
         action(drill)

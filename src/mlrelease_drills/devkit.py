@@ -256,3 +256,22 @@ def established_connections(pid: int, port: int) -> int:
     except psutil.NoSuchProcess:
         return 0
     return sum(c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port for c in conns)
+
+
+def uvicorn_workers(master: Any) -> set[int]:
+    """The uvicorn master's (a psutil.Process) live worker processes (spawn children; not its resource tracker)."""
+    import psutil
+
+    alive = set()
+    for child in master.children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
+                alive.add(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def decision_log_writers(decisions: Path) -> set[int]:
+    """Pids of the gateway workers that wrote a decision-log file (`<hour>-<host>-<pid>.jsonl`)."""
+    return {int(p.stem.rsplit("-", 1)[1]) for p in decisions.glob("*.jsonl")}

@@ -7,7 +7,6 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -30,8 +29,10 @@ from mlrelease_drills.devkit import (
     NAN_ALL,
     NAN_LONG_TAIL,
     background_traffic,
+    decision_log_writers,
     established_connections,
     redis_server,
+    uvicorn_workers,
 )
 from tests.conftest import WINDOW_END, free_port
 from tests.integration.serving_world import World, gateway_process, serving_world
@@ -387,23 +388,6 @@ def _until(check, seconds: float, what: str):
     return value
 
 
-def _uvicorn_workers(master: psutil.Process) -> set[int]:
-    """The master's live worker processes (multiprocessing spawn children; not its resource tracker)."""
-    alive = set()
-    for child in master.children():
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
-                alive.add(child.pid)
-        except psutil.NoSuchProcess:
-            continue
-    return alive
-
-
-def _replicas_that_served(decisions: Path) -> set[int]:
-    """Pids of the workers that wrote a decision-log file (`<hour>-<host>-<pid>.jsonl`)."""
-    return {int(p.stem.rsplit("-", 1)[1]) for p in decisions.glob("*.jsonl")}
-
-
 def _fresh_predict(url: str, body: dict, key: str) -> bool:
     """One request on a new connection (a pooled one stays with the worker that accepted it)."""
     headers = {"X-API-Key": key, "Connection": "close"}
@@ -425,10 +409,10 @@ def test_a_killed_gateway_worker_costs_at_most_its_in_flight_requests(world, poo
     with gateway_process(config, workers=2) as url:
         port = int(url.rsplit(":", 1)[1])
         (master,) = [p for p in psutil.Process().children() if str(config) in " ".join(p.cmdline())]
-        before = _until(lambda: len(w := _uvicorn_workers(master)) == 2 and w, 60, "two workers")
+        before = _until(lambda: len(w := uvicorn_workers(master)) == 2 and w, 60, "two workers")
         # Both serving (each wrote decisions) before the kill, so the survivor is a warm one.
         _until(
-            lambda: _fresh_predict(url, bodies[0], world.api_key) and _replicas_that_served(decisions) >= before,
+            lambda: _fresh_predict(url, bodies[0], world.api_key) and decision_log_writers(decisions) >= before,
             60,
             "both workers serving",
         )
@@ -437,19 +421,19 @@ def test_a_killed_gateway_worker_costs_at_most_its_in_flight_requests(world, poo
             victim = max(before, key=lambda pid: established_connections(pid, port))
             os.kill(victim, signal.SIGKILL)
             killed_at = time.monotonic()
-            after = _until(lambda: len(w := _uvicorn_workers(master)) == 2 and victim not in w and w, 30, "2 workers")
+            after = _until(lambda: len(w := uvicorn_workers(master)) == 2 and victim not in w and w, 30, "2 workers")
             replaced_s = time.monotonic() - killed_at
             (replacement,) = after - before
             _until(
                 lambda: (
-                    _fresh_predict(url, bodies[0], world.api_key) and replacement in _replicas_that_served(decisions)
+                    _fresh_predict(url, bodies[0], world.api_key) and replacement in decision_log_writers(decisions)
                 ),
                 60,
                 "the replacement worker serving",
             )
             serving_s = time.monotonic() - killed_at
             time.sleep(1)
-        assert _uvicorn_workers(master) == after  # nothing else died meanwhile
+        assert uvicorn_workers(master) == after  # nothing else died meanwhile
     print(
         f"\nkilled worker {victim}: replacement {replacement} started after {replaced_s:.2f} s, serving after "
         f"{serving_s:.1f} s; {report.errors} of {report.sent} requests failed: {dict(report.statuses)}"
