@@ -9,6 +9,13 @@ size is not what the export recorded, and a graph whose outputs are not exactly 
 full shape): the server then reports the load as failed, instead of serving bytes nobody checked or
 answering with tensors the clients do not expect. Inputs are left to the runtime on purpose: a graph with
 the wrong input width loads and fails each request, which is the `error` drill of mlrelease_drills/faults.py.
+
+Triton runs the config's `model_warmup` samples through `execute` right after `initialize`, before the
+version is ready, so a new version's first real request finds onnxruntime and the stub's IPC warm. The
+rows of those samples are counted from the config: while they last, a batch that fails is answered with
+NaN instead of an error, because Triton refuses to load a version whose warmup fails, and the `error`
+drill is a version that loads and then fails every request. NaN is what the gateway's guard refuses, so
+even a miscount could never pass a warmup answer off as a real one.
 """
 
 import hashlib
@@ -69,6 +76,14 @@ def _output_problems(session, config):
     return problems
 
 
+def _warmup_rows(config):
+    """Rows Triton sends through `execute` for the config's model_warmup samples (each runs `count` times, min 1)."""
+    return sum(
+        max(int(sample.get("batch_size", 1)), 1) * max(int(sample.get("count", 0)), 1)
+        for sample in config.get("model_warmup", [])
+    )
+
+
 class TritonPythonModel:
     """Batch-aware ONNX Runtime execution of the version's model.onnx."""
 
@@ -88,12 +103,22 @@ class TritonPythonModel:
             raise RuntimeError(f"v{version} graph does not match the config: {'; '.join(problems)}")
         self.input_name = config["input"][0]["name"]
         self.output_names = [o["name"] for o in config["output"]]
+        self.version = version
+        self.warmup_rows_left = _warmup_rows(config)
 
     def execute(self, requests):
         """Run every request of the batch in one onnxruntime call, then split the outputs back."""
         inputs = [pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests]
         sizes = [x.shape[0] for x in inputs]
-        outputs = self.session.run(self.output_names, {self.input_name: np.concatenate(inputs).astype(np.float32)})
+        warming = self.warmup_rows_left > 0
+        self.warmup_rows_left -= sum(sizes)
+        try:
+            outputs = self.session.run(self.output_names, {self.input_name: np.concatenate(inputs).astype(np.float32)})
+        except Exception as exc:
+            if not warming:
+                raise
+            print(f"v{self.version}: warmup sample failed ({exc}); real requests will fail the same way", flush=True)
+            outputs = [np.full((sum(sizes), 1), np.nan, dtype=np.float32) for _ in self.output_names]
         responses, start = [], 0
         for size in sizes:
             tensors = [

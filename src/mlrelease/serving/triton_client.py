@@ -118,12 +118,14 @@ class TritonClient:
         return {name: array for name, array in answers.items() if array is not None}
 
     def inference_stats(self, model: str, version: int) -> dict[str, int]:
-        """Triton's cumulative server-side counters for one version: successes, and queue / compute time (ns)."""
+        """Triton's cumulative server-side counters for one version: successes, queue / compute time (ns), and
+        rows inferred vs model executions (their ratio is the batch size the model actually ran)."""
         raw: dict[str, Any] = self._do(
             "reading inference statistics", self._client.get_inference_statistics, model, str(version)
         )
         entries: list[dict[str, Any]] = raw.get("model_stats") or []
-        stats: dict[str, Any] = (entries[0] if entries else {}).get("inference_stats") or {}
+        entry: dict[str, Any] = entries[0] if entries else {}
+        stats: dict[str, Any] = entry.get("inference_stats") or {}
 
         def field(name: str, part: str) -> int:
             return int((stats.get(name) or {}).get(part, 0))
@@ -132,6 +134,8 @@ class TritonClient:
             "success": field("success", "count"),
             "queue_ns": field("queue", "ns"),
             "compute_ns": field("compute_infer", "ns"),
+            "inferences": int(entry.get("inference_count", 0)),
+            "executions": int(entry.get("execution_count", 0)),
         }
 
     def close(self) -> None:

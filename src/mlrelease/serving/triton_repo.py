@@ -55,6 +55,9 @@ class ServingConfig:
     preferred_batch_sizes: tuple[int, ...] = (16, 64)
     max_queue_delay_us: int = 500
     gpu_instances: int = 1
+    # Zero rows run through each instance at load, before the version is ready: one at batch 1 and one at the
+    # gateway's usual micro-batch, so neither the first request nor the first batch pays for a cold runtime.
+    warmup_batch_sizes: tuple[int, ...] = (1, 64)
 
 
 def build_config(
@@ -71,7 +74,19 @@ def build_config(
     config.dynamic_batching.max_queue_delay_microseconds = serving.max_queue_delay_us
     config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=serving.gpu_instances)
     config.version_policy.specific.versions.extend(sorted(set(versions)))
+    add_warmup(config, "features", n_features, serving.warmup_batch_sizes)
     return config
+
+
+def add_warmup(config: mc.ModelConfig, input_name: str, n_features: int, batch_sizes: tuple[int, ...]) -> None:
+    """Append a zero-data `model_warmup` sample per batch size (capped by max_batch_size, duplicates dropped)."""
+    cap = config.max_batch_size or 1
+    for size in sorted({min(max(b, 1), cap) for b in batch_sizes}):
+        sample = config.model_warmup.add(name=f"zeros_batch_{size}", batch_size=size, count=1)
+        tensor = sample.inputs[input_name]
+        tensor.data_type = mc.TYPE_FP32
+        tensor.dims.extend([n_features])
+        tensor.zero_data = True
 
 
 def to_pbtxt(config: mc.ModelConfig) -> str:
