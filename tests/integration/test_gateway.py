@@ -28,6 +28,7 @@ from mlrelease_drills.devkit import (
     HEALTHY_CANDIDATE,
     NAN_ALL,
     NAN_LONG_TAIL,
+    SLOW,
     background_traffic,
     decision_log_writers,
     established_connections,
@@ -476,3 +477,146 @@ def test_a_killed_triton_is_restarted_and_the_gateway_returns_to_model_answers_b
     client = world.client()
     assert all(client.version_ready(MODEL_NAME, v) for v in declared_versions(world.settings))
     assert requests.get(f"{url}/readyz").status_code == 200
+
+
+# --- micro-batching into Triton (issue 15): batches on the real server, answers and failures per row ------------
+
+
+def _in_process_service(world, candidate: int, **guard: float):
+    """A PredictService in this process on the real Triton: every request routed to `candidate`, stable GOOD,
+    micro-batching on; the breaker never opens (each row's own outcome is under test, not the trip)."""
+    from mlrelease.gateway.batcher import BatchSettings, MicroBatcher
+    from mlrelease.gateway.metrics import GatewayMetrics
+    from mlrelease.gateway.model_client import TritonModelClient
+    from mlrelease.gateway.router import Router
+    from mlrelease.gateway.routing_state import RoutingState
+    from mlrelease.gateway.routing_store_factory import open_routing_store
+    from mlrelease.gateway.service import PredictService
+
+    name = f"batching-{candidate}"
+    config = load_config(world.config_file(name, guard={"failures_to_trip": 1_000, **guard}))
+    metrics = GatewayMetrics()
+    router = Router(open_routing_store(config.state_url(world.settings), MODEL_NAME), metrics, 0.2, MODEL_NAME)
+    router.state = RoutingState(
+        model=MODEL_NAME, stable_version=GOOD, candidate_version=candidate, candidate_percent={"*": 100.0}
+    )
+    eta_range = (config.guard.min_eta_hours, config.guard.max_eta_hours)
+    model = TritonModelClient(world.triton_url, MODEL_NAME, eta_range)
+    batches: list[tuple[int, str, int]] = []
+
+    async def build() -> PredictService:
+        settings = BatchSettings(config.batching.max_batch, config.batching.max_delay_ms / 1000)
+        batcher = MicroBatcher(model.infer_rows, settings, eta_range, lambda v, role, n: batches.append((v, role, n)))
+        return PredictService(config, None, model, router, metrics, None, batcher)  # type: ignore[arg-type]
+
+    return build, batches, metrics
+
+
+def _supplied(row: pd.Series):
+    from mlrelease.gateway.api_models import PredictRequest
+
+    features = {k: row[k].item() if hasattr(row[k], "item") else row[k] for k in FEATURES}
+    return PredictRequest.model_validate({**_body(row), "features": features})
+
+
+def _direct(world, version: int, rows: pd.DataFrame) -> dict[str, np.ndarray]:
+    matrix = np.vstack([encode_row({k: r[k] for k in FEATURES}) for _, r in rows.iterrows()])
+    return world.client().infer(MODEL_NAME, version, matrix, ("eta_prediction", "confidence_score"))
+
+
+def test_a_nan_row_in_a_batch_fails_only_its_own_request_which_stable_answers(world, pool):
+    """Version 4 answers NaN on remote routes: remote and other orders in one batch to it; only the remote ones
+    fail, each is answered by stable; the others keep version 4's own answers."""
+    rows = pd.concat([pool[pool["is_remote"]].head(4), pool[~pool["is_remote"]].head(12)]).sample(
+        frac=1, random_state=0
+    )
+    build, batches, metrics = _in_process_service(world, NAN_LONG_TAIL)
+
+    async def scenario():
+        service = await build()
+        try:
+            return await asyncio.gather(*(service.predict(_supplied(r)) for _, r in rows.iterrows()))
+        finally:
+            await service.batcher.close()
+            await service.model.close()
+
+    answers = asyncio.run(scenario())
+    assert (NAN_LONG_TAIL, "candidate", len(rows)) in batches  # all of them went to Triton as one call
+    candidate, stable = _direct(world, NAN_LONG_TAIL, rows), _direct(world, GOOD, rows)
+    for i, ((_, row), answer) in enumerate(zip(rows.iterrows(), answers, strict=True)):
+        assert answer["source"] == "model"
+        served, direct = (GOOD, stable) if row["is_remote"] else (NAN_LONG_TAIL, candidate)
+        assert answer["model_version"] == served, (i, row["is_remote"], answer)
+        assert answer["eta_prediction"] == pytest.approx(float(direct["eta_prediction"][i]), rel=1e-6)
+        assert answer["confidence_score"] == pytest.approx(float(direct["confidence_score"][i]), rel=1e-6)
+    failures = metrics.registry.get_sample_value(
+        "mlrelease_gateway_model_failures_total", {"version": str(NAN_LONG_TAIL), "kind": "nan"}
+    )
+    assert failures == int(rows["is_remote"].sum()) == 4
+
+
+def test_answers_through_the_batcher_equal_tritons_row_by_row(world, pool):
+    """64 concurrent rows through the batcher to stable: each answer is exactly Triton's for that row."""
+    from mlrelease.gateway.batcher import BatchSettings, MicroBatcher
+    from mlrelease.gateway.model_client import TritonModelClient
+
+    rows = pool.head(64)
+    sizes: list[int] = []
+
+    async def scenario():
+        model = TritonModelClient(world.triton_url, MODEL_NAME, (0.0, 500.0))
+        batcher = MicroBatcher(
+            model.infer_rows, BatchSettings(max_batch=16), (0.0, 500.0), lambda v, r, n: sizes.append(n)
+        )
+        try:
+            return await asyncio.gather(
+                *(batcher.predict(GOOD, encode_row({k: r[k] for k in FEATURES}), 2.0) for _, r in rows.iterrows())
+            )
+        finally:
+            await batcher.close()
+            await model.close()
+
+    answers = asyncio.run(scenario())
+    direct = _direct(world, GOOD, rows)
+    assert [a.eta for a in answers] == pytest.approx([float(x) for x in direct["eta_prediction"]], rel=1e-6)
+    assert [a.confidence for a in answers] == pytest.approx([float(x) for x in direct["confidence_score"]], rel=1e-6)
+    assert sum(sizes) == 64 and max(sizes) == 16  # coalesced, within max_batch
+
+
+def test_a_candidate_timeout_inside_a_batch_retries_every_row_on_stable(world, pool):
+    """Version 6 is ~400x slower than the model (~10 ms a call); with a 4 ms candidate timeout its batch times out as
+    a whole, and every request in it is answered by stable: no client sees the timeout."""
+    rows = pool.head(12)
+    build, batches, metrics = _in_process_service(world, SLOW, candidate_timeout_ms=4.0)
+
+    async def scenario():
+        service = await build()
+        try:
+            return await asyncio.gather(*(service.predict(_supplied(r)) for _, r in rows.iterrows()))
+        finally:
+            await service.batcher.close()
+            await service.model.close()
+
+    answers = asyncio.run(scenario())
+    assert max(n for v, role, n in batches if v == SLOW and role == "candidate") > 1  # the timeout hit a batch
+    stable = _direct(world, GOOD, rows)
+    assert [a["model_version"] for a in answers] == [GOOD] * len(rows)
+    assert [a["eta_prediction"] for a in answers] == pytest.approx([float(x) for x in stable["eta_prediction"]])
+    timeouts = metrics.registry.get_sample_value(
+        "mlrelease_gateway_model_failures_total", {"version": str(SLOW), "kind": "timeout"}
+    )
+    assert timeouts == len(rows)
+
+
+def test_concurrent_requests_reach_triton_in_batches(world, gateway, pool):
+    """Through the real gateway process: closed-loop load sends fewer Triton calls than requests."""
+    url, _ = gateway
+    _route(world, gateway, "--stable", str(GOOD), "--candidate", "0", "--clear-trips")
+    rows_before = _metric(url, "mlrelease_gateway_model_batch_rows_sum", version=str(GOOD))
+    calls_before = _metric(url, "mlrelease_gateway_model_batch_rows_count", version=str(GOOD))
+    bodies = traffic.build_requests(pool, 500, None, supply_features=True)
+    report = asyncio.run(traffic.send(url, bodies, api_key=world.api_key, rate=0, duration_s=1.0, concurrency=16))
+    assert report.errors == 0 and report.sent > 0
+    rows = _metric(url, "mlrelease_gateway_model_batch_rows_sum", version=str(GOOD)) - rows_before
+    calls = _metric(url, "mlrelease_gateway_model_batch_rows_count", version=str(GOOD)) - calls_before
+    assert rows == report.sent and calls < rows

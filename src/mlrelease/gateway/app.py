@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import math
+import gc
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -12,40 +13,31 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse
 from fastapi.security import APIKeyHeader
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlrelease.errors import StepError
-from mlrelease.gateway.api_models import ERROR_RESPONSES, ErrorResponse, PredictRequest, PredictResponse
+from mlrelease.gateway.api_errors import ApiError, answer_predict, client_checker
+from mlrelease.gateway.api_models import ERROR_RESPONSES, PredictRequest, PredictResponse
 from mlrelease.gateway.auth import Authenticator, read_keys
+from mlrelease.gateway.batcher import BatchSettings, MicroBatcher
 from mlrelease.gateway.config import GatewayConfig, load_config
 from mlrelease.gateway.decision_log import DecisionLog
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import TritonModelClient
-from mlrelease.gateway.online_features import (
-    BatchingLookup,
-    FeatureLookup,
-    FeatureStoreUnavailable,
-    StaleFeatures,
-    UnknownEntity,
-    wall_clock,
-)
+from mlrelease.gateway.online_features import BatchingLookup, FeatureLookup, wall_clock
+from mlrelease.gateway.predict_endpoint import PredictEndpoint
 from mlrelease.gateway.router import Router
 from mlrelease.gateway.routing_store_factory import open_routing_store
-from mlrelease.gateway.service import PredictService, RoutingStateMissing
+from mlrelease.gateway.service import PredictService
 from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.triton_client import host_port
 from mlrelease.settings import Settings
 
-
-class ApiError(Exception):
-    """An error answered as ErrorResponse JSON with `status`."""
-
-    def __init__(self, status: int, error: str, detail: str, headers: dict[str, str] | None = None, **extra: Any):
-        super().__init__(detail)
-        self.status, self.error, self.detail, self.headers, self.extra = status, error, detail, headers, extra
+log = logging.getLogger(__name__)
+__all__ = ["ApiError", "create_app", "create_app_from_env"]
 
 
 class BodyTooLarge(Exception):
@@ -95,9 +87,8 @@ class BodySizeLimit:
             )
 
 
-def _error_response(exc: ApiError) -> JSONResponse:
-    body = ErrorResponse(error=exc.error, detail=exc.detail, **exc.extra).model_dump(exclude_none=True)
-    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+def _error_response(exc: ApiError) -> Response:
+    return Response(exc.body(), status_code=exc.status, headers=exc.headers, media_type="application/json")
 
 
 def _replay_or_wall_clock(config: GatewayConfig) -> Callable[[], datetime]:
@@ -122,8 +113,17 @@ def create_app(config: GatewayConfig, settings: Settings) -> FastAPI:
         config.model,
     )
     app = FastAPI(title="mlrelease gateway", version="1", lifespan=_lifespan(config, settings, router, metrics))
+    check_client = client_checker(config.auth, Authenticator(keys, config.auth.default_rate))
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes, metrics=metrics)
-    authenticate = _authentication(config, Authenticator(keys, config.auth.default_rate))
+    # Added last, so it runs first: predict requests never pay for the body-limit wrapper or the router.
+    app.add_middleware(
+        PredictEndpoint,
+        check_client=check_client,
+        key_header=config.auth.header,
+        max_body_bytes=config.max_body_bytes,
+        metrics=metrics,
+    )
+    authenticate = _authentication(config, check_client)
     _add_api_routes(app, router, authenticate)
     _add_ops_routes(app, router, metrics)
     _install_error_handlers(app, metrics)
@@ -139,9 +139,9 @@ def _lifespan(
         from mlrelease.feast_store import open_store
 
         lookup = BatchingLookup(FeatureLookup(open_store(settings), _replay_or_wall_clock(config)))
-        model = TritonModelClient(
-            config.triton_url or triton_url(), config.model, (config.guard.min_eta_hours, config.guard.max_eta_hours)
-        )
+        eta_range = (config.guard.min_eta_hours, config.guard.max_eta_hours)
+        model = TritonModelClient(config.triton_url or triton_url(), config.model, eta_range)
+        batcher = await _batcher(config, model, metrics, eta_range)
         settings_log = config.decision_log
         decisions = DecisionLog(
             config.decision_dir(settings),
@@ -149,37 +149,55 @@ def _lifespan(
             with_features=settings_log.features,
             retention_hours=settings_log.retention_hours,
         )
-        app.state.service = PredictService(config, lookup, model, router, metrics, decisions)
+        app.state.service = PredictService(config, lookup, model, router, metrics, decisions, batcher)
         await router.refresh()
         router.start()
         decisions.start()
+        # Everything imported and built so far lives as long as the process: keep it out of every later
+        # collection, which otherwise walks Feast's and pydantic's object graphs again and again under load.
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:
             await decisions.stop()
             await router.stop()
             await lookup.close()
+            if batcher is not None:
+                await batcher.close()
             await model.close()
 
     return lifespan
 
 
-def _authentication(config: GatewayConfig, authenticator: Authenticator) -> Callable[..., Awaitable[str]]:
+async def _batcher(
+    config: GatewayConfig, model: TritonModelClient, metrics: GatewayMetrics, eta_range: tuple[float, float]
+) -> MicroBatcher | None:
+    """The micro-batcher (None when batching is off), its batch size capped by the model's max_batch_size."""
+    batching = config.batching
+    if not batching.enabled:
+        return None
+    max_batch = batching.max_batch
+    model_max = await model.max_batch_size()  # None while Triton is down: the configured size stands
+    if model_max is not None and model_max > 0 and model_max < max_batch:
+        log.warning(
+            "batching.max_batch %d is above %s's max_batch_size %d: using %d",
+            max_batch,
+            config.model,
+            model_max,
+            model_max,
+        )
+        max_batch = model_max
+    settings = BatchSettings(max_batch, batching.max_delay_ms / 1000, batching.max_in_flight)
+    return MicroBatcher(model.infer_rows, settings, eta_range, metrics.observe_batch)
+
+
+def _authentication(config: GatewayConfig, check_client: Callable[[str | None], str]) -> Callable[..., Awaitable[str]]:
     """The dependency that resolves the API key to a client and applies its rate limit."""
     api_key = APIKeyHeader(name=config.auth.header, auto_error=False, description="API key of the calling client")
 
     async def authenticate(key: str | None = Depends(api_key)) -> str:
-        if not config.auth.required:
-            return "anonymous"
-        client = authenticator.client_for(key)
-        if client is None:
-            raise ApiError(401, "unauthorized", f"missing or unknown API key in header {config.auth.header}")
-        wait = authenticator.retry_after(client)
-        if wait > 0:
-            raise ApiError(
-                429, "rate_limited", f"client {client} is over its rate limit", {"Retry-After": str(math.ceil(wait))}
-            )
-        return client
+        return check_client(key)
 
     return authenticate
 
@@ -188,19 +206,10 @@ def _add_api_routes(app: FastAPI, router: Router, authenticate: Callable[..., Aw
     @app.post("/v1/predict", response_model=PredictResponse, responses=ERROR_RESPONSES)
     async def predict(request: Request, body: PredictRequest, client: str = Depends(authenticate)) -> Response:
         """Estimate one order's delivery time with the model version its cohort is routed to."""
-        try:
-            service: PredictService = request.app.state.service
-            answer = await service.predict(body)
-            # Already a validated model: serialize it once here instead of FastAPI validating it again.
-            return Response(answer.model_dump_json(), media_type="application/json")
-        except StaleFeatures as exc:
-            raise ApiError(400, "feature_stale", "features too old to serve", feature_stale_reason=str(exc)) from None
-        except UnknownEntity as exc:
-            raise ApiError(404, "unknown_entity", str(exc)) from None
-        except FeatureStoreUnavailable as exc:
-            raise ApiError(503, "feature_store_unavailable", str(exc)) from None
-        except RoutingStateMissing as exc:
-            raise ApiError(503, "routing_state_missing", str(exc)) from None
+        # PredictEndpoint answers these requests before routing; this route documents the operation (OpenAPI)
+        # and answers the same way wherever the app runs without that middleware.
+        service: PredictService = request.app.state.service
+        return Response(await answer_predict(service.predict, body), media_type="application/json")
 
     @app.get("/v1/routing", responses={401: ERROR_RESPONSES[401], 429: ERROR_RESPONSES[429]})
     async def routing(client: str = Depends(authenticate)) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import signal
 import threading
@@ -21,6 +22,37 @@ def _config(args: argparse.Namespace) -> Any:
     from mlrelease.gateway.config import load_config
 
     return load_config(args.config, replay_as_of=getattr(args, "as_of", None))
+
+
+def default_workers(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """One gateway worker per CPU core this process may use: its affinity, capped by a cgroup CPU quota.
+
+    A pod with `limits.cpu: 2` on a 64-core node sees 64 cores in its affinity; 64 workers would share
+    two cores' worth of time and thrash, so the quota (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us`) wins.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # platforms without sched_getaffinity
+        cores = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota(cgroup)
+    if quota is not None:
+        cores = min(cores, max(1, math.ceil(quota)))
+    return max(1, cores)
+
+
+def _cgroup_cpu_quota(cgroup: Path) -> float | None:
+    """CPUs' worth of time the cgroup allows (None: no quota, or no cgroup files to read)."""
+    try:
+        if (cgroup / "cpu.max").is_file():  # v2: "max 100000" or "200000 100000"
+            quota, period = (cgroup / "cpu.max").read_text().split()[:2]
+            return None if quota == "max" else int(quota) / int(period)
+        v1 = cgroup / "cpu"
+        if (v1 / "cpu.cfs_quota_us").is_file():
+            quota_us = int((v1 / "cpu.cfs_quota_us").read_text())
+            return None if quota_us <= 0 else quota_us / int((v1 / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -48,6 +80,7 @@ def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
         http="httptools",
         access_log=False,
         log_level="warning",
+        proxy_headers=False,  # nothing reads the client address; the middleware cost a header scan per request
     )
     return {}
 
@@ -200,9 +233,9 @@ def add_commands(sub: Any) -> None:
     gw.add_argument(
         "--workers",
         type=int,
-        default=1,
-        help="processes on one port, each a replica with its own breakers and decision-log file; uvicorn replaces "
-        "one that dies while the others keep answering (make run uses 2)",
+        default=default_workers(),
+        help="processes on one port, each a replica with its own breakers, batcher and decision-log file; uvicorn "
+        "replaces one that dies while the others keep answering (default: one per CPU core this process may use)",
     )
     gw.add_argument("--as-of", help="judge feature freshness at this instant (replays and demos only)")
     gw.set_defaults(handler=_cmd_gateway, result_to_xcom=False, quiet=True)

@@ -89,6 +89,17 @@ class GuardConfig(StrictModel):
         return self
 
 
+class BatchingConfig(StrictModel):
+    """Micro-batching into Triton: concurrent rows for one version share one call (see gateway/batcher.py)."""
+
+    enabled: bool = True
+    max_batch: int = Field(64, ge=1, le=4096, description="most rows per call (also capped by the model's own)")
+    max_delay_ms: float = Field(
+        0.5, ge=0, le=1.0, description="longest a row waits for company, and only while a call is already running"
+    )
+    max_in_flight: int = Field(2, ge=1, le=64, description="calls per version and role at once; more rows queue")
+
+
 class FallbackConfig(StrictModel):
     """The rule-based ETA used when no model version can answer: base + distance/speed + route and parcel terms."""
 
@@ -144,6 +155,7 @@ class GatewayConfig(StrictModel):
     )
     cohorts: CohortConfig
     guard: GuardConfig = GuardConfig()
+    batching: BatchingConfig = BatchingConfig()
     fallback: FallbackConfig = FallbackConfig()
     routing: RoutingConfig = RoutingConfig()
     auth: AuthConfig = AuthConfig()

@@ -12,6 +12,7 @@ PREFIX = "mlrelease_gateway"
 LATENCY_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, LOW_CONFIDENCE, 0.7, 0.8, 0.9, 0.95, 1.0)
 ETA_BUCKETS = (4, 8, 12, 16, 20, 24, 30, 36, 48, 72, 96, 144, 240)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class GatewayMetrics:
@@ -20,6 +21,7 @@ class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._answer_children: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+        self._batch_children: dict[tuple[int, str], Any] = {}
         r = self.registry
         self.requests = Counter(
             f"{PREFIX}_requests", "Answered predictions.", ["cohort", "version", "source"], registry=r
@@ -40,6 +42,13 @@ class GatewayMetrics:
         )
         self.model_latency = Histogram(
             f"{PREFIX}_model_latency_seconds", "Triton call latency.", ["version"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.batch_rows = Histogram(
+            f"{PREFIX}_model_batch_rows",
+            "Rows per Triton call the gateway sent (micro-batching).",
+            ["version", "role"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
         )
         self.feature_latency = Histogram(
             f"{PREFIX}_feature_latency_seconds", "Feast online lookup latency.", buckets=LATENCY_BUCKETS, registry=r
@@ -108,3 +117,10 @@ class GatewayMetrics:
         prediction.observe(eta)
         if confidence < LOW_CONFIDENCE:
             low.inc()
+
+    def observe_batch(self, version: int, role: str, rows: int) -> None:
+        """Record the size of one Triton call the micro-batcher sent."""
+        child = self._batch_children.get((version, role))
+        if child is None:
+            child = self._batch_children[version, role] = self.batch_rows.labels(str(version), role)
+        child.observe(rows)

@@ -1,18 +1,29 @@
-"""Async inference against one Triton model version, with a client-side timeout and output checks."""
+"""Async inference against the versions of one Triton model: batches of rows in, per-row outputs out.
+
+Whole-call failures (an error status, a lost connection, a timeout, a malformed answer) raise
+ModelFailure; the per-row output checks live with the batcher, which knows which request owns a row.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
 
 import numpy as np
-import tritonclient.http.aio as aiohttpclient
-from tritonclient.utils import InferenceServerException
+import orjson
 
 from mlrelease.gateway.guard import output_problem
+from mlrelease.gateway.triton_http import HttpAnswer, TritonHttp, TritonHttpError, infer_request
 from mlrelease.serving.triton_client import host_port
 
 OUTPUTS = ("eta_prediction", "confidence_score")
+_DTYPES: dict[str, np.dtype[Any]] = {
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "FP16": np.dtype(np.float16),
+}
 
 
 class ModelFailure(Exception):
@@ -21,9 +32,10 @@ class ModelFailure(Exception):
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
+        self.detail = detail
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ModelAnswer:
     """What a version answered for one request."""
 
@@ -32,55 +44,107 @@ class ModelAnswer:
 
 
 class TritonModelClient:
-    """One pooled async HTTP client to Triton for every version of one model.
+    """Pooled keep-alive HTTP connections to Triton for every version of one model.
 
     :param url: Triton's HTTP endpoint, e.g. http://127.0.0.1:8000.
     :param model: the model name in the repository.
     :param eta_range: (min, max) hours outside which an answer counts as a failure.
     """
 
-    def __init__(self, url: str, model: str, eta_range: tuple[float, float], conn_limit: int = 128) -> None:
+    def __init__(self, url: str, model: str, eta_range: tuple[float, float]) -> None:
         address, tls = host_port(url)
+        if tls:  # the lean client speaks plain HTTP: Triton is reached inside the cluster, never over TLS
+            raise ValueError(f"the gateway talks plain HTTP to Triton; {url} asks for TLS")
+        host, port = address.rsplit(":", 1)
         self.model = model
         self._eta_range = eta_range
+        self._quoted = quote(model)
         # Two pools: a slow stable version holding every connection must not make the candidate's
         # calls wait for one past their short timeout (and trip a healthy candidate).
-        self._clients = {
-            role: aiohttpclient.InferenceServerClient(address, ssl=tls, conn_limit=conn_limit)
-            for role in ("stable", "candidate")
-        }
+        self._pools = {role: TritonHttp(host, int(port)) for role in ("stable", "candidate")}
+        self._headers: dict[int, bytes] = {}  # JSON request header per batch size: built once
+
+    async def infer_rows(
+        self, version: int, rows: np.ndarray, deadline: float, role: str = "stable"
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """ETA and confidence per row of an encoded [n, F] batch, by `deadline` (loop time); raises ModelFailure."""
+        n, n_features = rows.shape
+        header = self._headers.get(n)
+        if header is None:
+            header = self._headers[n] = infer_request(n, n_features, OUTPUTS)
+        path = f"/v2/models/{self._quoted}/versions/{version}/infer"
+        extra = f"Inference-Header-Content-Length: {len(header)}\r\n".encode()
+        body = header + np.ascontiguousarray(rows, dtype=np.float32).tobytes()
+        try:
+            async with asyncio.timeout_at(deadline):  # cheaper than wait_for: no extra task per call
+                answer = await self._pools[role].request("POST", path, body, extra)
+        except TimeoutError:
+            raise ModelFailure("timeout", f"version {version} did not answer in time") from None
+        except TritonHttpError as exc:
+            raise ModelFailure("error", f"version {version}: {exc}") from None
+        return _outputs(answer, version, n)
 
     async def predict(self, version: int, row: np.ndarray, timeout_s: float, role: str = "stable") -> ModelAnswer:
-        """ETA and confidence for one encoded row from one version; anything unusable raises ModelFailure."""
-        batch = aiohttpclient.InferInput("features", list(row.shape), "FP32")
-        batch.set_data_from_numpy(row, binary_data=True)
-        outputs = [aiohttpclient.InferRequestedOutput(name, binary_data=True) for name in OUTPUTS]
-        try:
-            async with asyncio.timeout(timeout_s):  # cheaper than wait_for: no extra task per request
-                result = await self._clients[role].infer(
-                    self.model, [batch], model_version=str(version), outputs=outputs
-                )
-            eta = float(result.as_numpy(OUTPUTS[0]).reshape(-1)[0])
-            confidence = float(result.as_numpy(OUTPUTS[1]).reshape(-1)[0])
-        except TimeoutError:
-            raise ModelFailure("timeout", f"version {version} took over {timeout_s * 1000:.0f} ms") from None
-        except InferenceServerException as exc:
-            raise ModelFailure("error", f"version {version}: {exc.message()}") from None
-        except Exception as exc:  # aiohttp connection errors and malformed responses: Triton failed us
-            raise ModelFailure("error", f"version {version}: {type(exc).__name__}: {exc}") from None
-        problem = output_problem(eta, confidence, *self._eta_range)
+        """ETA and confidence for one encoded row, unbatched; anything unusable raises ModelFailure."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        eta, confidence = await self.infer_rows(version, row.reshape(1, -1), deadline, role)
+        e, c = float(eta[0]), float(confidence[0])
+        problem = output_problem(e, c, *self._eta_range)
         if problem:
-            raise ModelFailure(problem, f"version {version} answered eta={eta!r}, confidence={confidence!r}")
-        return ModelAnswer(eta, confidence)
+            raise ModelFailure(problem, f"version {version} answered eta={e!r}, confidence={c!r}")
+        return ModelAnswer(e, c)
 
     async def version_ready(self, version: int) -> bool:
         """Whether Triton reports the version ready (False when Triton does not answer)."""
         try:
-            return bool(await self._clients["stable"].is_model_ready(self.model, str(version)))
-        except Exception:
+            async with asyncio.timeout(2.0):
+                path = f"/v2/models/{self._quoted}/versions/{version}/ready"
+                return (await self._pools["stable"].request("GET", path)).status == 200
+        except (TimeoutError, TritonHttpError):
             return False
 
+    async def max_batch_size(self) -> int | None:
+        """The model's max_batch_size from Triton's config (None when Triton does not say)."""
+        try:
+            async with asyncio.timeout(2.0):
+                answer = await self._pools["stable"].request("GET", f"/v2/models/{self._quoted}/config")
+            config: dict[str, Any] = orjson.loads(answer.body) if answer.status == 200 else {}
+        except (TimeoutError, TritonHttpError, orjson.JSONDecodeError):
+            return None
+        value = config.get("max_batch_size")
+        return int(value) if isinstance(value, int) else None
+
     async def close(self) -> None:
-        """Close the connection pool."""
-        for client in self._clients.values():
-            await client.close()
+        """Close the pooled connections."""
+        for pool in self._pools.values():
+            pool.close()
+
+
+def _outputs(answer: HttpAnswer, version: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The two outputs of an inference answer, flattened to [n] each; anything else is a ModelFailure."""
+    try:
+        if answer.status != 200:
+            message = orjson.loads(answer.body).get("error", "") if answer.body else ""
+            raise ModelFailure("error", f"version {version}: HTTP {answer.status} {message}".rstrip())
+        split = answer.header_length if answer.header_length is not None else len(answer.body)
+        header = orjson.loads(answer.body[:split])
+        found: dict[str, np.ndarray] = {}
+        offset = split
+        for output in header.get("outputs", ()):
+            dtype = _DTYPES[output["datatype"]]
+            size = (output.get("parameters") or {}).get("binary_data_size")
+            if size is None:  # JSON-encoded output data
+                found[output["name"]] = np.asarray(output["data"], dtype=dtype)
+            else:
+                found[output["name"]] = np.frombuffer(
+                    answer.body, dtype=dtype, count=size // dtype.itemsize, offset=offset
+                )
+                offset += size
+        eta, confidence = (found[name].reshape(-1) for name in OUTPUTS)
+    except ModelFailure:
+        raise
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:  # orjson's decode error is a ValueError
+        raise ModelFailure("error", f"version {version}: unreadable answer ({type(exc).__name__}: {exc})") from None
+    if len(eta) != n or len(confidence) != n:
+        raise ModelFailure("error", f"version {version} answered {len(eta)} rows for {n}")
+    return eta, confidence
