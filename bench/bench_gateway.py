@@ -1,11 +1,16 @@
-"""Benchmark: the gateway vs direct Triton, and how fast the fast guard moves a failing candidate's traffic to stable.
+"""Benchmark: the gateway vs direct Triton, micro-batching off vs on, and the fast guard's failover time.
 
 Everything is real: generated data materialized into the Feast SQLite store, a CPU tritonserver serving a
-good model and faulty copies, `mlrelease gateway` (uvicorn, one worker) and this process as the client.
-    python bench/bench_gateway.py [--seconds 4] [--repeats 10]
+good model and faulty copies, two `mlrelease gateway` processes (one uvicorn worker each, so the CPU per
+request is one process's: batching off = the baseline, batching on = the config default) and this process
+as the client. At each concurrency, side by side in one run: direct Triton with the Python async client
+(tritonclient, batch 1), direct Triton with perf_analyzer (C++), and the gateway with features supplied
+and with the Feast lookup, each with batching off and on.
+    python bench/bench_gateway.py [--seconds 4] [--repeats 10] [--concurrency 1,4,16,64] [--profile DIR]
 
-Targets (issue 4): added p50 <= 2 ms over direct Triton; throughput at concurrency 16 >= 60 % of direct;
-fault -> 100 % of the candidate's traffic on stable, p99 <= 1 s. Comparison anchor for the failover:
+Targets (issue 15): at concurrency 16 the gateway with features supplied >= 60 % of direct Triton (Python
+client), with the Feast lookup >= 40 %; at concurrency 1 added p50 <= 1 ms (supplied), <= 2 ms (Feast).
+Fault -> 100 % of the candidate's traffic on stable, p99 <= 1 s. Comparison anchor for the failover:
 Flagger's documented analysis (interval 1 min x threshold 10 = 10 min before it rolls back).
 """
 
@@ -27,16 +32,20 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import bench_gateway_config, print_table, serving_home  # noqa: E402
 
-CONCURRENCY = (1, 4, 16)
+CONCURRENCY = (1, 4, 16, 64)
 WINDOW = ("2026-11-28T02:00:00+00:00", "2026-11-29T02:00:00+00:00")
 FLAGGER_SECONDS = 600.0
+MODEL, STABLE = "parcel_eta", 1
 
 
 async def direct_triton(url: str, rows: list[np.ndarray], concurrency: int, seconds: float) -> dict[str, float]:
-    """Closed loop on Triton with the gateway's own async client: throughput and p50/p99 ms."""
-    from mlrelease.gateway.model_client import TritonModelClient
+    """Closed loop on Triton with tritonclient's async HTTP client, one row per call: throughput, p50/p99 ms."""
+    import tritonclient.http.aio as aiohttpclient
 
-    client = TritonModelClient(url, "parcel_eta", (0.0, 500.0))
+    from mlrelease.serving.triton_client import host_port
+
+    client = aiohttpclient.InferenceServerClient(host_port(url)[0], conn_limit=max(concurrency, 1))
+    outputs = [aiohttpclient.InferRequestedOutput(n, binary_data=True) for n in ("eta_prediction", "confidence_score")]
     latencies: list[float] = []
     stop = time.perf_counter() + seconds
 
@@ -44,7 +53,9 @@ async def direct_triton(url: str, rows: list[np.ndarray], concurrency: int, seco
         i = offset
         while time.perf_counter() < stop:
             began = time.perf_counter()
-            await client.predict(1, rows[i % len(rows)], 2.0)
+            batch = aiohttpclient.InferInput("features", list(rows[i % len(rows)].shape), "FP32")
+            batch.set_data_from_numpy(rows[i % len(rows)], binary_data=True)
+            await client.infer(MODEL, [batch], model_version=str(STABLE), outputs=outputs)
             latencies.append((time.perf_counter() - began) * 1000)
             i += concurrency
 
@@ -59,29 +70,67 @@ async def direct_triton(url: str, rows: list[np.ndarray], concurrency: int, seco
     }
 
 
+def perf_analyzer(settings: Any, url: str, concurrency: int, workdir: Path, interval_ms: int) -> dict[str, float]:
+    """The real perf_analyzer (C++ client, HTTP, batch 1) at one concurrency: throughput and p50/p99 ms."""
+    from mlrelease.errors import StepError
+    from mlrelease.serving.local_triton import perf_analyzer_command
+    from mlrelease.serving.perf import PerfSettings, run_perf_analyzer
+
+    binary, env = perf_analyzer_command(settings)
+    perf = PerfSettings(concurrency_range=f"{concurrency}:{concurrency}", measurement_interval_ms=interval_ms)
+    try:
+        (level,), _ = run_perf_analyzer(binary, env, url, MODEL, STABLE, workdir / f"perf-{concurrency}.csv", perf)
+    except StepError as exc:  # an unstable box: show the gap in the table rather than abort the whole run
+        print(f"perf_analyzer at concurrency {concurrency}: {exc}", file=sys.stderr)
+        return {"rate": float("nan"), "p50": float("nan"), "p99": float("nan")}
+    return {"rate": level.throughput, "p50": level.p50_us / 1000, "p99": level.p99_us / 1000}
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def batch_counters(gateway: str, triton: Any) -> tuple[float, float, int, int]:
+    """Rows and calls the gateway's micro-batcher sent (its metric), rows and executions Triton ran (its statistics)."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    rows = calls = 0.0
+    for family in text_string_to_metric_families(requests.get(f"{gateway}/metrics", timeout=5).text):
+        for sample in family.samples:
+            if sample.name == "mlrelease_gateway_model_batch_rows_sum":
+                rows += sample.value
+            elif sample.name == "mlrelease_gateway_model_batch_rows_count":
+                calls += sample.value
+    stats = triton.inference_stats(MODEL, STABLE)
+    return rows, calls, stats["inferences"], stats["executions"]
+
+
 def through_gateway(
-    url: str, bodies: list[dict[str, Any]], key: str, concurrency: int, seconds: float, pid: int
+    url: str, bodies: list[dict[str, Any]], key: str, concurrency: int, seconds: float, pid: int, triton: Any
 ) -> dict[str, float]:
-    """Closed loop through the gateway: throughput, p50/p99 ms and the gateway's CPU ms per request (errors abort)."""
+    """Closed loop through the gateway: throughput, p50/p99 ms, the gateway's CPU ms per request, rows per call
+    it sent and rows per model execution Triton ran (errors abort)."""
     from mlrelease.gateway.traffic import send
 
+    before = batch_counters(url, triton)
     cpu_before = cpu_seconds(pid)
     report = asyncio.run(send(url, bodies, api_key=key, rate=0, duration_s=seconds, concurrency=concurrency))
     cpu = cpu_seconds(pid) - cpu_before
+    after = batch_counters(url, triton)
     if report.errors:
         raise SystemExit(f"gateway answered errors during the benchmark: {report.statuses}")
+    rows, calls, inferences, executions = (a - b for a, b in zip(after, before, strict=True))
     summary = report.summary()
     return {
         "rate": summary["achieved_rate"],
         "p50": summary["latency_ms"]["p50"],
         "p99": summary["latency_ms"]["p99"],
         "cpu_ms": cpu * 1000 / max(report.sent, 1),
+        "rows_per_call": rows / calls if calls else 1.0,  # no batcher: one row per call
+        "rows_per_exec": inferences / executions if executions else float("nan"),
     }
 
 
@@ -157,88 +206,189 @@ def failover_once(
     return trips[0].at.timestamp() - injected[0], report.errors
 
 
+def batching_off(config: Path) -> Path:
+    """The same gateway config with micro-batching turned off: the baseline (one Triton call per request)."""
+    import yaml
+
+    raw = yaml.safe_load(config.read_text(encoding="utf-8"))
+    raw["batching"] = {**raw.get("batching", {}), "enabled": False}
+    off = config.with_name("gateway-batching-off.yaml")
+    off.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return off
+
+
+def _cells(m: dict[str, float], direct: dict[str, float]) -> list[object]:
+    return [
+        f"{m['rate']:,.0f}",
+        f"{m['p50']:.2f}",
+        f"{m['p99']:.2f}",
+        f"{m['p50'] - direct['p50']:+.2f}",
+        f"{m['rate'] / direct['rate']:.0%}",
+        f"{m['cpu_ms']:.2f}",
+        f"{m['rows_per_call']:.1f}",
+        f"{m['rows_per_exec']:.1f}",
+    ]
+
+
+def _profiled(pid: int, seconds: float, out: Path | None) -> subprocess.Popen[bytes] | None:
+    """py-spy recording the gateway for `seconds` (raw collapsed stacks in `out`), when asked for."""
+    if out is None:
+        return None
+    argv = [
+        "py-spy",
+        "record",
+        "-p",
+        str(pid),
+        "-d",
+        str(max(1, int(seconds))),
+        "-r",
+        "200",
+        "-f",
+        "raw",
+        "-o",
+        str(out),
+    ]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
-    """Build the world, measure both tables, print them."""
+    """Build the world, measure the tables, print them."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=4.0, help="measurement per concurrency level and path")
     parser.add_argument("--repeats", type=int, default=10, help="fault injections per kind")
+    parser.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)), help="closed-loop levels")
+    parser.add_argument("--perf-interval-ms", type=int, default=1000, help="perf_analyzer's measurement window")
+    parser.add_argument("--profile", type=Path, help="py-spy the batching gateway at each level into this directory")
     args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
 
     from mlrelease.gateway.config import load_config
     from mlrelease.gateway.routing_store_factory import open_routing_store
     from mlrelease.gateway.traffic import build_requests, order_pool
     from mlrelease.model.features import FEATURES, encode_row
     from mlrelease.serving import local_triton
+    from mlrelease.serving.triton_client import TritonClient
     from mlrelease.settings import Settings
     from mlrelease.timewindow import Window, parse_timestamp
     from mlrelease_drills import devkit
     from mlrelease_drills.devkit import free_port
 
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     with serving_home("mlrelease-bench-gateway-") as home:
         settings = Settings.from_env()
         as_of: datetime = parse_timestamp(WINDOW[1], name="end")
         try:
             triton_url = devkit.start_serving_world(settings, Window.parse(*WINDOW))
+            triton = TritonClient(triton_url)
             config, key, state_url = bench_gateway_config(
                 home, triton_url, WINDOW[1], default_rate={"per_second": 100_000, "burst": 100_000}
             )
-            store = open_routing_store(state_url, "parcel_eta")
-            set_routing(store, stable_version=1)
+            store = open_routing_store(state_url, MODEL)
+            set_routing(store, stable_version=STABLE)
             pool = order_pool(settings.offline_dir, as_of, load_config().cohorts)
             from_feast = build_requests(pool, 5_000, None, supply_features=False)
             supplied = build_requests(pool, 5_000, None, supply_features=True)
             rows = [encode_row(b["features"]) for b in supplied]
             assert all(r.shape == (1, len(FEATURES)) for r in rows)
-            port = free_port()
-            with devkit.gateway_process(config, port) as gateway:
-                pid = gateway_pid(port)
-                through_gateway(gateway, from_feast, key, 4, 1.0, pid)  # warm-up: connections, Feast registry cache
-                table = []
-                for c in CONCURRENCY:
-                    direct = asyncio.run(direct_triton(triton_url, rows, c, args.seconds))
-                    sup = through_gateway(gateway, supplied, key, c, args.seconds, pid)
-                    feast = through_gateway(gateway, from_feast, key, c, args.seconds, pid)
-                    row: list[object] = [c, f"{direct['rate']:,.0f}", f"{direct['p50']:.2f}", f"{direct['p99']:.2f}"]
-                    for m in (sup, feast):
-                        row += [
-                            f"{m['rate']:,.0f}",
-                            f"{m['p50']:.2f}",
-                            f"{m['p99']:.2f}",
-                            f"{m['p50'] - direct['p50']:+.2f}",
-                            f"{m['rate'] / direct['rate']:.0%}",
-                            f"{m['cpu_ms']:.2f}",
-                        ]
-                    table.append(row)
+            on_port, off_port = free_port(), free_port()
+            with (
+                devkit.gateway_process(config, on_port) as gateway,
+                devkit.gateway_process(batching_off(config), off_port) as baseline,
+            ):
+                pids = {gateway: gateway_pid(on_port), baseline: gateway_pid(off_port)}
+                for url in (gateway, baseline):  # warm-up: connections, Feast registry cache
+                    through_gateway(url, from_feast, key, 4, 1.0, pids[url], triton)
+                measured: dict[int, dict[str, dict[str, float]]] = {}
+                for c in levels:
+                    m = measured[c] = {
+                        "direct": asyncio.run(direct_triton(triton_url, rows, c, args.seconds)),
+                        "perf": perf_analyzer(settings, triton_url, c, home, args.perf_interval_ms),
+                    }
+                    for name, url in (("off", baseline), ("on", gateway)):
+                        for path, bodies in (("supplied", supplied), ("feast", from_feast)):
+                            profile = None
+                            if name == "on" and args.profile:
+                                profile = _profiled(pids[url], args.seconds, args.profile / f"gw-c{c}-{path}.txt")
+                            m[f"{name}-{path}"] = through_gateway(url, bodies, key, c, args.seconds, pids[url], triton)
+                            if profile is not None:
+                                profile.wait(timeout=60)
                 failover = {}
                 for kind in ("nan", "crash"):
                     samples = [
                         failover_once(kind, gateway, key, store, from_feast, triton_url) for _ in range(args.repeats)
                     ]
                     failover[kind] = samples
+            triton.close()
         finally:
             local_triton.down(settings)
 
-    print("\nbatch 1, CPU, one uvicorn worker; closed loop at each concurrency; latencies in ms")
+    print("\nCPU box; one uvicorn worker per gateway; closed loop at each concurrency; latencies in ms.")
+    print("direct: tritonclient (Python, async HTTP) and perf_analyzer (C++), one row per call. Gateway: batching on")
+    print("(the default); rows/call = rows per Triton call the gateway sent; rows/exec = rows per model execution")
+    print(
+        "Triton ran (its statistics, after its own dynamic batching); added p50 and 'of direct' vs the Python client."
+    )
+    gw_cols = ["req/s", "p50", "p99", "added p50", "of direct", "CPU ms/req", "rows/call", "rows/exec"]
+    table = []
+    for c, m in measured.items():
+        d, pa = m["direct"], m["perf"]
+        table.append(
+            [
+                c,
+                f"{d['rate']:,.0f}",
+                f"{d['p50']:.2f}",
+                f"{d['p99']:.2f}",
+                f"{pa['rate']:,.0f}",
+                f"{pa['p50']:.2f}",
+                f"{pa['p99']:.2f}",
+                *_cells(m["on-supplied"], d),
+                *_cells(m["on-feast"], d),
+            ]
+        )
+    print_table(
+        ["conc.", "Python client infer/s", "p50", "p99", "perf_analyzer infer/s", "p50", "p99"]
+        + [f"gw supplied {h}" for h in gw_cols]
+        + [f"gw Feast {h}" for h in gw_cols],
+        table,
+    )
+    print("\nbaseline side by side: the same gateway with micro-batching off (one Triton call per request) vs on")
+    baseline_rows = []
+    for c, m in measured.items():
+        for path in ("supplied", "feast"):
+            off, on = m[f"off-{path}"], m[f"on-{path}"]
+            baseline_rows.append(
+                [
+                    c,
+                    path,
+                    f"{off['rate']:,.0f}",
+                    f"{on['rate']:,.0f}",
+                    f"{on['rate'] / off['rate']:.2f}x",
+                    f"{off['p99']:.2f}",
+                    f"{on['p99']:.2f}",
+                    f"{off['cpu_ms']:.2f}",
+                    f"{on['cpu_ms']:.2f}",
+                    f"{off['rows_per_exec']:.1f}",
+                    f"{on['rows_per_call']:.1f}",
+                    f"{on['rows_per_exec']:.1f}",
+                ]
+            )
     print_table(
         [
             "conc.",
-            "Triton infer/s",
-            "p50",
-            "p99",
-            "gw (features supplied) req/s",
-            "p50",
-            "p99",
-            "added p50",
-            "of direct",
-            "gw CPU ms/req",
-            "gw (Feast lookup) req/s",
-            "p50",
-            "p99",
-            "added p50",
-            "of direct",
-            "gw CPU ms/req",
+            "features",
+            "off req/s",
+            "on req/s",
+            "on/off",
+            "off p99",
+            "on p99",
+            "off CPU ms/req",
+            "on CPU ms/req",
+            "off rows/exec",
+            "on rows/call",
+            "on rows/exec",
         ],
-        table,
+        baseline_rows,
     )
     print(f"\nfault injected under 200 req/s -> 100 % of the candidate's traffic on stable ({args.repeats} runs each)")
     rows_out = []
