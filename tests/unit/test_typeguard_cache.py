@@ -63,7 +63,7 @@ def refuses(call):
 
 source = shaped.Source("a", 1)
 print(json.dumps({
-    "patched": typeguard._decorators.instrument.__module__ == "mlrelease_typeguard_cache",
+    "patched": typeguard._decorators.instrument.__module__ == "mlrelease_typeguard_cache.instrument",
     "codes": [digest(shaped.Source.__init__), digest(shaped.Source.label.fget), digest(shaped.Source.empty.__func__),
               digest(shaped.factory())],
     "refused": [refuses(lambda: shaped.Source(1)), refuses(lambda: shaped.Source("a", "x")),
