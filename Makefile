@@ -91,8 +91,11 @@ run: setup
 		INJECT=$(INJECT) CANDIDATE_FAULT=$(CANDIDATE_FAULT) INJECT_START=$$(date -u -d "$(DATE) -1 days" +%F) DATE=$(DATE) ROWS_PER_DAY=$(ROWS_PER_DAY) \
 		scripts/release_demo.sh
 
+# Test files run on parallel worker processes (pytest-xdist): a file stays on one worker (its module-scoped servers
+# are built once), the longest files start first (tests/conftest.py), and a worker takes the next file when free.
+TEST_WORKERS ?= 2
 test: system-test setup $(NODE_TOOLS) lint
-	pytest tests
+	pytest tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The pure unit tier (no servers): 637 tests in ~52 s on this 2-core box.
 test-fast: system-test setup $(NODE_TOOLS)
