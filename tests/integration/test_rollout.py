@@ -70,12 +70,14 @@ NAN_RATE = {
     "on_inconclusive": "accept",
     "min_samples": 40,
 }
-# One 2-core machine runs Triton, the gateway, the traffic and the tests: the tolerance is wide (+30 %), and
-# the slow candidate (a few ms more per call) is beyond it.
+# One 2-core machine runs Triton, the gateway, the traffic and the tests (and, under `make test`, another test
+# file beside them): the tolerance is wide (+50 %), and the slow candidate (~400x the model's time per call,
+# several times the whole request's) is far beyond it. Wider is also faster: a healthy candidate's pass is shown
+# with about a third of the samples +30 % needed (the sample size goes with 1/tolerance²).
 LATENCY = {
     "metric": "latency",
     "bad": "higher",
-    "tolerance": 0.3,
+    "tolerance": 0.5,
     "cohorts": ["*"],
     "on_inconclusive": "pause",  # a pass must be shown: an accepted open question would let the slow one through
     "min_samples": 40,
@@ -112,7 +114,7 @@ PLAN = {
             "name": "high_value",
             "candidate_percent": {"high_value": 50},
             "min_exposure_s": SPAN,
-            # the latency contract needs ~25 s of this test's high-value traffic to tell +30 % apart
+            # the latency contract needs several seconds of this test's high-value traffic to show a pass
             "max_exposure_s": {"production": 7200, "demo": 45},
             "check_every_s": EVERY,
             "on_breach": "rollback_all",
