@@ -620,3 +620,64 @@ def test_concurrent_requests_reach_triton_in_batches(world, gateway, pool):
     rows = _metric(url, "mlrelease_gateway_model_batch_rows_sum", version=str(GOOD)) - rows_before
     calls = _metric(url, "mlrelease_gateway_model_batch_rows_count", version=str(GOOD)) - calls_before
     assert rows == report.sent and calls < rows
+
+
+# --- the online-feature read straight through the online store (no get_online_features per request) -------------
+
+
+def _ids(rows: pd.DataFrame) -> list[dict[str, int]]:
+    return [{k: int(r[k]) for k in ("user_id", "package_id", "route_id")} for _, r in rows.iterrows()]
+
+
+def _assert_reader_matches_feast(store, rows: list[dict[str, int]]) -> None:
+    """The reader's values and event seconds per view and row are what Feast's full pipeline answers."""
+    from mlrelease.gateway.online_reader import OnlineReader
+    from mlrelease.model.features import FEATURE_SERVICE
+
+    reader = OnlineReader(store)
+    service = store.get_feature_service(FEATURE_SERVICE)
+    feast = store.get_online_features(features=service, entity_rows=rows).to_dict(include_event_timestamps=True)
+    read = reader.read(rows)
+    assert [p.name for p in reader.plans] == ["user_features", "package_features", "route_features"]
+    for plan, view_rows in zip(reader.plans, read, strict=True):
+        for i, (event_s, values) in enumerate(view_rows):
+            expected = {name: feast[name][i] for name in plan.features}
+            if all(v is None for v in expected.values()):
+                assert values is None, (plan.name, rows[i])
+            else:
+                assert values == expected, (plan.name, rows[i])
+                assert event_s == min(feast[f"{name}__ts"][i] for name in plan.features)
+
+
+def test_online_reader_answers_what_get_online_features_answers(world, pool):
+    """SQLite: fresh, stale and unknown ids, and an id twice in one read, read as Feast's own pipeline reads them."""
+    from mlrelease.feast_store import open_store
+
+    stale = traffic.order_pool(world.settings.offline_dir, AS_OF - pd.Timedelta(hours=12), load_config().cohorts)
+    rows = _ids(pool.head(40)) + _ids(stale.head(10))
+    rows += [{**rows[0], "user_id": 987_654_321}, {**rows[1], "route_id": 10**12}, rows[2], rows[2]]
+    _assert_reader_matches_feast(open_store(world.settings), rows)
+
+
+def test_online_reader_on_redis_answers_what_get_online_features_answers(world, pool, tmp_path):
+    """Redis (an unknown key there is a reply of empty values, not nothing): the same answers as Feast's pipeline,
+    and the lookup refuses the unknown id (a stopped Redis is covered through the gateway above)."""
+    from mlrelease.feast_store import open_store
+    from mlrelease.gateway.online_features import FeatureLookup, UnknownEntity
+    from mlrelease.gateway.online_reader import OnlineReader
+    from mlrelease.settings import Settings
+    from mlrelease.steps.materialize import materialize
+    from tests.integration.serving_world import WINDOW
+
+    with redis_server(tmp_path) as (address, _), pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLRELEASE_ONLINE_STORE", "redis")
+        mp.setenv("MLRELEASE_REDIS_URL", address)
+        settings = Settings.from_env()
+        materialize(settings, WINDOW, pd.Timedelta(hours=2).to_pytimedelta())
+        store = open_store(settings)
+        rows = _ids(pool.head(30)) + [{**_ids(pool.head(1))[0], "package_id": 987_654_321}]
+        _assert_reader_matches_feast(store, rows)
+        lookup = FeatureLookup(OnlineReader(store), lambda: AS_OF)
+        *known, unknown = lookup.fetch_many(rows)
+        assert all(isinstance(answer, dict) for answer in known)
+        assert isinstance(unknown, UnknownEntity) and "package_id 987654321" in str(unknown)

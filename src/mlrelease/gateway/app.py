@@ -28,6 +28,7 @@ from mlrelease.gateway.decision_log import DecisionLog
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import TritonModelClient
 from mlrelease.gateway.online_features import BatchingLookup, FeatureLookup, wall_clock
+from mlrelease.gateway.online_reader import OnlineReader
 from mlrelease.gateway.predict_endpoint import PredictEndpoint
 from mlrelease.gateway.router import Router
 from mlrelease.gateway.routing_store_factory import open_routing_store
@@ -138,7 +139,9 @@ def _lifespan(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from mlrelease.feast_store import open_store
 
-        lookup = BatchingLookup(FeatureLookup(open_store(settings), _replay_or_wall_clock(config)))
+        # The service's views are resolved once here; each read then goes straight to the online store.
+        reader = OnlineReader(open_store(settings))
+        lookup = BatchingLookup(FeatureLookup(reader, _replay_or_wall_clock(config)))
         eta_range = (config.guard.min_eta_hours, config.guard.max_eta_hours)
         model = TritonModelClient(config.triton_url or triton_url(), config.model, eta_range)
         batcher = await _batcher(config, model, metrics, eta_range)

@@ -5,14 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mlrelease.model.features import ENTITY_KEYS, FEATURE_SERVICE
-
-if TYPE_CHECKING:
-    from feast import FeatureStore
+from mlrelease.gateway.online_reader import OnlineReader, ViewRow
 
 log = logging.getLogger(__name__)
 
@@ -33,80 +29,50 @@ class FeatureStoreUnavailable(FeatureLookupError):
     """The online store did not answer."""
 
 
-@dataclass(frozen=True)
-class ViewBudget:
-    """A feature view, the entity key it is looked up by, its features and its freshness budget."""
-
-    view: str
-    entity_key: str
-    features: tuple[str, ...]
-    budget_hours: float
-
-
-def view_budgets(store: FeatureStore, service: str = FEATURE_SERVICE) -> list[ViewBudget]:
-    """Per view of the feature service: join key, features and the `freshness_budget_hours` tag."""
-    budgets = []
-    for projection in store.get_feature_service(service).feature_view_projections:
-        view = store.get_feature_view(projection.name)
-        keys = [k for k in view.join_keys if k in ENTITY_KEYS]
-        if len(keys) != 1 or "freshness_budget_hours" not in view.tags:
-            raise ValueError(f"feature view {view.name} needs one of {ENTITY_KEYS} and a freshness_budget_hours tag")
-        budgets.append(
-            ViewBudget(
-                view=view.name,
-                entity_key=keys[0],
-                features=tuple(f.name for f in projection.features),
-                budget_hours=float(view.tags["freshness_budget_hours"]),
-            )
-        )
-    return budgets
-
-
 class FeatureLookup:
     """Fetches the feature service's features for (user, package, route) rows and checks their age.
 
-    :param store: an open Feast FeatureStore (SQLite or Redis online store).
+    :param reader: reads the service's views from the online store (SQLite or Redis), planned at start-up.
     :param clock: the instant freshness is judged at (now, or a fixed replay time).
     """
 
-    def __init__(self, store: FeatureStore, clock: Callable[[], datetime], service: str = FEATURE_SERVICE) -> None:
-        self._store = store
-        self._service = store.get_feature_service(service)
-        self._budgets = view_budgets(store, service)
+    def __init__(self, reader: OnlineReader, clock: Callable[[], datetime]) -> None:
+        self._reader = reader
+        self._plans = reader.plans
         self._clock = clock
 
     def fetch_many(self, rows: list[dict[str, int]]) -> list[dict[str, Any] | FeatureLookupError]:
         """One online read for many requests; per row its features or the error that refuses it."""
         try:
-            response = self._store.get_online_features(features=self._service, entity_rows=rows)
-            raw = response.to_dict(include_event_timestamps=True)
-        except Exception as exc:  # Feast surfaces the store's own errors (redis, sqlite3…): all mean "no answer"
+            views = self._reader.read(rows)
+        except Exception as exc:  # the store's own errors (redis, sqlite3…) all mean "no answer"
             log.warning("online store lookup failed: %s", exc)
             down = FeatureStoreUnavailable(f"online feature store unavailable: {type(exc).__name__}")
             return [down for _ in rows]
         now = self._clock().timestamp()
-        return [self._check_row(raw, i, ids, now) for i, ids in enumerate(rows)]
+        return [self._check_row(views, i, ids, now) for i, ids in enumerate(rows)]
 
     def _check_row(
-        self, raw: dict[str, list[Any]], i: int, ids: dict[str, int], now: float
+        self, views: list[list[ViewRow]], i: int, ids: dict[str, int], now: float
     ) -> dict[str, Any] | FeatureLookupError:
         values: dict[str, Any] = {}
         stale: list[str] = []
-        for budget in self._budgets:
-            if all(raw[name][i] is None for name in budget.features):
-                return UnknownEntity(f"{budget.entity_key} {ids[budget.entity_key]} has no {budget.view}")
-            age_h = (now - min(raw[f"{name}__ts"][i] or 0 for name in budget.features)) / 3600
-            if age_h > budget.budget_hours:
-                stale.append(f"{budget.view} is {age_h:.1f} h old (budget {budget.budget_hours:g} h)")
-            values.update({name: raw[name][i] for name in budget.features})
+        for plan, read in zip(self._plans, views, strict=True):
+            event_s, found = read[i]
+            if found is None:
+                return UnknownEntity(f"{plan.entity_key} {ids[plan.entity_key]} has no {plan.name}")
+            age_h = (now - event_s) / 3600
+            if age_h > plan.budget_hours:
+                stale.append(f"{plan.name} is {age_h:.1f} h old (budget {plan.budget_hours:g} h)")
+            values.update(found)
         return StaleFeatures("; ".join(stale)) if stale else values
 
 
 class BatchingLookup:
     """Coalesces concurrent lookups into one online read: while a read runs, new requests queue for the next.
 
-    Feast's per-call overhead (~1 ms of Python) dominates a one-row read, so under load this cuts the CPU
-    per request several times; with no load a request is read alone, with no added wait.
+    Each read pays a fixed cost per feature view (a query or pipeline round trip), so under load sharing it
+    cuts the CPU per request; with no load a request is read alone, with no added wait.
 
     :param lookup: the underlying FeatureLookup.
     :param max_batch: most rows per read.
