@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -84,6 +85,22 @@ def perf_analyzer(settings: Any, url: str, concurrency: int, workdir: Path, inte
         print(f"perf_analyzer at concurrency {concurrency}: {exc}", file=sys.stderr)
         return {"rate": float("nan"), "p50": float("nan"), "p99": float("nan")}
     return {"rate": level.throughput, "p50": level.p50_us / 1000, "p99": level.p99_us / 1000}
+
+
+class GcPauses:
+    """The longest garbage collection this (client) process ran while measuring: its pauses are the client's,
+    but every request in flight during one is timed as if the gateway had been that slow."""
+
+    def __init__(self) -> None:
+        self.longest_ms = 0.0
+        self._began = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.longest_ms = max(self.longest_ms, (time.perf_counter() - self._began) * 1000)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -297,8 +314,15 @@ def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
                 devkit.gateway_process(batching_off(config), off_port) as baseline,
             ):
                 pids = {gateway: gateway_pid(on_port), baseline: gateway_pid(off_port)}
-                for url in (gateway, baseline):  # warm-up: connections, Feast registry cache
+                for url in (gateway, baseline):  # warm-up: connections, the gateways' first reads
                     through_gateway(url, from_feast, key, 4, 1.0, pids[url], triton)
+                # Building the world leaves this process a large heap (pandas, sklearn, ONNX, Feast): a full collection
+                # of a mere Feast-importing process's ~2x10^5 objects takes ~0.2 s on a quiet box, and every request
+                # in flight is timed through it (64 of them at concurrency 64: a p99 outlier). Frozen, later
+                # collections only walk the objects made while measuring.
+                gc.collect()
+                gc.freeze()
+                pauses = GcPauses()
                 measured: dict[int, dict[str, dict[str, float]]] = {}
                 for c in levels:
                     m = measured[c] = {
@@ -323,7 +347,8 @@ def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
         finally:
             local_triton.down(settings)
 
-    print("\nCPU box; one uvicorn worker per gateway; closed loop at each concurrency; latencies in ms.")
+    print(f"\nlongest GC pause of the load generator (this process) while measuring: {pauses.longest_ms:.1f} ms")
+    print("CPU box; one uvicorn worker per gateway; closed loop at each concurrency; latencies in ms.")
     print("direct: tritonclient (Python, async HTTP) and perf_analyzer (C++), one row per call. Gateway: batching on")
     print("(the default); rows/call = rows per Triton call the gateway sent; rows/exec = rows per model execution")
     print(
