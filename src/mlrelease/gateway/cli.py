@@ -62,6 +62,8 @@ def _cmd_gateway(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
 
     config = _config(args)
     app = create_app(config, settings)  # validates config, keys and store URL before any worker starts
+    if args.workers is None:
+        args.workers = default_workers()
     if args.workers > 1:  # each worker builds its own app from the same config (a replica per process)
         if args.config:
             os.environ["MLRELEASE_GATEWAY_CONFIG"] = str(Path(args.config).resolve())
@@ -233,7 +235,7 @@ def add_commands(sub: Any) -> None:
     gw.add_argument(
         "--workers",
         type=int,
-        default=default_workers(),
+        default=None,  # resolved when the gateway starts: every other command skips the cgroup reads
         help="processes on one port, each a replica with its own breakers, batcher and decision-log file; uvicorn "
         "replaces one that dies while the others keep answering (default: one per CPU core this process may use)",
     )
