@@ -482,6 +482,20 @@ def test_a_killed_triton_is_restarted_and_the_gateway_returns_to_model_answers_b
 # --- micro-batching into Triton (issue 15): batches on the real server, answers and failures per row ------------
 
 
+def _predict_all(build, rows):
+    """Build the in-process service, predict every row concurrently (so they batch), close it; the answers."""
+
+    async def scenario():
+        service = await build()
+        try:
+            return await asyncio.gather(*(service.predict(_supplied(r)) for _, r in rows.iterrows()))
+        finally:
+            await service.batcher.close()
+            await service.model.close()
+
+    return asyncio.run(scenario())
+
+
 def _in_process_service(world, candidate: int, **guard: float):
     """A PredictService in this process on the real Triton: every request routed to `candidate`, stable GOOD,
     micro-batching on; the breaker never opens (each row's own outcome is under test, not the trip)."""
@@ -532,15 +546,7 @@ def test_a_nan_row_in_a_batch_fails_only_its_own_request_which_stable_answers(wo
     )
     build, batches, metrics = _in_process_service(world, NAN_LONG_TAIL)
 
-    async def scenario():
-        service = await build()
-        try:
-            return await asyncio.gather(*(service.predict(_supplied(r)) for _, r in rows.iterrows()))
-        finally:
-            await service.batcher.close()
-            await service.model.close()
-
-    answers = asyncio.run(scenario())
+    answers = _predict_all(build, rows)
     assert (NAN_LONG_TAIL, "candidate", len(rows)) in batches  # all of them went to Triton as one call
     candidate, stable = _direct(world, NAN_LONG_TAIL, rows), _direct(world, GOOD, rows)
     for i, ((_, row), answer) in enumerate(zip(rows.iterrows(), answers, strict=True)):
@@ -589,15 +595,7 @@ def test_a_candidate_timeout_inside_a_batch_retries_every_row_on_stable(world, p
     rows = pool.head(12)
     build, batches, metrics = _in_process_service(world, SLOW, candidate_timeout_ms=4.0)
 
-    async def scenario():
-        service = await build()
-        try:
-            return await asyncio.gather(*(service.predict(_supplied(r)) for _, r in rows.iterrows()))
-        finally:
-            await service.batcher.close()
-            await service.model.close()
-
-    answers = asyncio.run(scenario())
+    answers = _predict_all(build, rows)
     assert max(n for v, role, n in batches if v == SLOW and role == "candidate") > 1  # the timeout hit a batch
     stable = _direct(world, GOOD, rows)
     assert [a["model_version"] for a in answers] == [GOOD] * len(rows)
