@@ -90,13 +90,6 @@ SHIFT = {
     "on_inconclusive": "accept",
     "min_samples": 40,
 }
-LOW = {
-    "metric": "low_confidence_share",
-    "bad": "higher",
-    "tolerance": 0.3,
-    "on_inconclusive": "accept",
-    "min_samples": 40,
-}
 LONG_TAIL_RULE = {
     "metric": "low_confidence_share",
     "bad": "higher",
@@ -118,7 +111,12 @@ PLAN = {
             "max_exposure_s": {"production": 7200, "demo": 45},
             "check_every_s": EVERY,
             "on_breach": "rollback_all",
-            "guardrails": [ERRORS_RATE, NAN_RATE, LATENCY, LOW],
+            # No pooled low-confidence share here: it counts distinct requests, and this traffic holds ~16 distinct
+            # high-value orders (600 orders a day, 5 h of them within the features' freshness budget), ~8 per arm,
+            # below the 20 the plan requires at least. Such a contract is never asked: it only held every first
+            # stage open to its maximum (45 s), then was accepted unasked. The long tail's fixed-level rule below
+            # is asked, and the low-confidence drill is caught by it.
+            "guardrails": [ERRORS_RATE, NAN_RATE, LATENCY],
         },
         {
             "name": "long_tail",
