@@ -64,8 +64,10 @@ def validation_errors(manifest: dict[str, Any], kubernetes_version: str) -> list
     """Schema violations of a manifest under strict validation (unknown fields are errors)."""
     import kubernetes_validate
 
+    from mlrelease.deploy.kube_schema import strict_validate
+
     try:
-        kubernetes_validate.validate(manifest, kubernetes_version, strict=True)
+        strict_validate(manifest, kubernetes_version)
     except kubernetes_validate.ValidationError as exc:
         return [f"{'.'.join(str(p) for p in exc.path)}: {exc.message}"]
     return []

@@ -29,6 +29,7 @@ from mlrelease.serving.local_triton import TritonPaths
 from mlrelease.serving.triton_repo import ServingConfig, build_config, write_config, write_version
 from mlrelease.settings import Settings
 from mlrelease.timewindow import Window
+from mlrelease.yamlconfig import safe_load
 from mlrelease_drills.faults import NOT_HIGH_VALUE
 
 
@@ -135,7 +136,7 @@ def write_gateway_config(path: Path, **overrides: Any) -> Path:
 
     from mlrelease.gateway.config import DEFAULT_CONFIG
 
-    config = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))
+    config = safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))
     for key, value in overrides.items():
         config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
     path.parent.mkdir(parents=True, exist_ok=True)

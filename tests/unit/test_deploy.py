@@ -20,12 +20,14 @@ import yaml
 from mlrelease.cli import run
 from mlrelease.deploy.cli import register
 from mlrelease.deploy.gateway_config import cluster_gateway_config, triton_url
+from mlrelease.deploy.kube_schema import strict_validate
 from mlrelease.deploy.meta import STATE_MOUNT
 from mlrelease.deploy.quantity import parse_quantity
 from mlrelease.deploy.render import render_file, render_objects
 from mlrelease.deploy.values import DeployValues, load_values
 from mlrelease.errors import StepError
 from mlrelease.gateway.config import GatewayConfig
+from mlrelease.yamlconfig import safe_load
 
 REPO = Path(__file__).resolve().parents[2]
 VALUES = REPO / "deploy" / "values.yaml"
@@ -39,7 +41,7 @@ PLANE_LABELS = {"app.kubernetes.io/component": "proxy"}
 
 def raw_values() -> dict[str, Any]:
     """deploy/values.yaml as a plain mapping, its gateway config path made absolute (for copies in tmp dirs)."""
-    raw = yaml.safe_load(VALUES.read_text(encoding="utf-8"))
+    raw = safe_load(VALUES.read_text(encoding="utf-8"))
     raw["gateway"]["configFile"] = str((VALUES.parent / raw["gateway"]["configFile"]).resolve())
     return raw
 
@@ -95,14 +97,14 @@ def test_every_rendered_object_passes_strict_kubernetes_validation(
     assert {"Namespace", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service"} <= kinds
     assert {"PodDisruptionBudget", "HorizontalPodAutoscaler", "NetworkPolicy", "PersistentVolumeClaim"} <= kinds
     for obj in objects:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        strict_validate(obj, K8S_VERSION)
 
 
 def test_strict_validation_would_catch_a_broken_object(shipped: tuple[DeployValues, list[dict[str, Any]]]) -> None:
     broken = copy.deepcopy(named(shipped[1], "Deployment", "triton"))
     broken["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["paht"] = "/x"
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+        strict_validate(broken, K8S_VERSION)
 
 
 # --- least privilege --------------------------------------------------------------------------------------
@@ -486,7 +488,7 @@ def test_bad_values_fail_naming_the_field_and_write_nothing(
 
 
 def test_a_gateway_config_that_sets_a_cluster_field_is_refused(tmp_path: Path) -> None:
-    config = yaml.safe_load((REPO / "config" / "gateway.yaml").read_text(encoding="utf-8"))
+    config = safe_load((REPO / "config" / "gateway.yaml").read_text(encoding="utf-8"))
     config["routing"]["state_url"] = "redis://elsewhere:6379/0"
     (tmp_path / "gateway.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     raw = raw_values()
@@ -553,11 +555,11 @@ def test_gateway_config_map_is_a_valid_gateway_config_pointing_at_the_cluster(
 ) -> None:
     values, objects = shipped
     data = named(objects, "ConfigMap", values.gateway.configMap)["data"]["gateway.yaml"]
-    config = GatewayConfig.model_validate(yaml.safe_load(data))
+    config = GatewayConfig.model_validate(safe_load(data))
     assert config.routing.state_url == values.routing.stateUrl
     assert config.triton_url == triton_url(values) == f"http://triton.{values.namespace}.svc:8000"
     assert config.decision_log.directory == f"{STATE_MOUNT}/gateway/decisions"
-    repo_config = yaml.safe_load((REPO / "config" / "gateway.yaml").read_text(encoding="utf-8"))
+    repo_config = safe_load((REPO / "config" / "gateway.yaml").read_text(encoding="utf-8"))
     assert [r.name for r in config.cohorts.rules] == [r["name"] for r in repo_config["cohorts"]["rules"]]
     gw = container(objects, values.gateway.name)
     assert gw["command"][:4] == ["mlrelease", "gateway", "--config", "/etc/mlrelease/gateway/gateway.yaml"]
@@ -565,7 +567,7 @@ def test_gateway_config_map_is_a_valid_gateway_config_pointing_at_the_cluster(
 
 def test_route_settings_agree_with_the_httproute_router_config() -> None:
     values = load_values(VALUES)
-    router = yaml.safe_load((REPO / "config" / "httproute.yaml").read_text(encoding="utf-8"))
+    router = safe_load((REPO / "config" / "httproute.yaml").read_text(encoding="utf-8"))
     route = values.routing.httpRoute
     assert route.name == router["name"]
     assert values.route_namespace == router["namespace"]
@@ -594,7 +596,7 @@ def chart_validator() -> jsonschema.protocols.Validator:
 
 
 def airflow_values() -> dict[str, Any]:
-    return yaml.safe_load(AIRFLOW_VALUES.read_text(encoding="utf-8"))
+    return safe_load(AIRFLOW_VALUES.read_text(encoding="utf-8"))
 
 
 def test_airflow_chart_values_validate_against_the_chart_schema(chart_validator: Any) -> None:
@@ -648,7 +650,7 @@ def airflow_config_options() -> dict[str, dict[str, Any]]:
     from airflow.providers.cncf.kubernetes.get_provider_info import get_provider_info
 
     core = importlib.resources.files("airflow.config_templates").joinpath("config.yml").read_text(encoding="utf-8")
-    sections = {**yaml.safe_load(core), **get_provider_info()["config"]}
+    sections = {**safe_load(core), **get_provider_info()["config"]}
     return {name: section["options"] for name, section in sections.items()}
 
 
@@ -706,7 +708,7 @@ def test_deploy_render_writes_one_valid_file_per_object(
     result = json.loads(capsys.readouterr().out)
     files = sorted(out.iterdir())
     assert [str(f) for f in files] == sorted(result["files"]) and len(files) == len(shipped[1])
-    loaded = [yaml.safe_load(f.read_text(encoding="utf-8")) for f in files]
+    loaded = [safe_load(f.read_text(encoding="utf-8")) for f in files]
     # The objects test_every_rendered_object_passes_strict_kubernetes_validation checks, in apply order.
     assert loaded == shipped[1]
     assert files[0].name.startswith("00-namespace-")
@@ -750,17 +752,17 @@ def test_httproute_mode_renders_a_valid_route_apart_and_the_router_config_the_st
     assert run(args.handler, args) == 0
     result = json.loads(capsys.readouterr().out)
     # The route is not among the files `kubectl apply -f OUT` re-applies: that would reset a rollout's routing.
-    assert not any(yaml.safe_load(Path(f).read_text())["kind"] == "HTTPRoute" for f in result["files"])
+    assert not any(safe_load(Path(f).read_text())["kind"] == "HTTPRoute" for f in result["files"])
     [route_file] = result["create_once"]
-    route = yaml.safe_load(Path(route_file).read_text(encoding="utf-8"))
+    route = safe_load(Path(route_file).read_text(encoding="utf-8"))
     assert validate_gateway_api([route]) == [None]
     assert "&id" not in Path(route_file).read_text(encoding="utf-8")  # no YAML anchors in a manifest
 
     values, objects = render(raw)
     config_map = named(objects, "ConfigMap", values.gateway.configMap)
-    config = HTTPRouteConfig.model_validate(yaml.safe_load(config_map["data"]["httproute.yaml"]))
+    config = HTTPRouteConfig.model_validate(safe_load(config_map["data"]["httproute.yaml"]))
     assert routing_from_route(config, route) == Routing(stable_version=4)
-    gateway = GatewayConfig.model_validate(yaml.safe_load(config_map["data"]["gateway.yaml"]))
+    gateway = GatewayConfig.model_validate(safe_load(config_map["data"]["gateway.yaml"]))
     assert config.cohorts == gateway.cohorts.names
     assert (config.name, config.namespace) == (values.routing.httpRoute.name, values.route_namespace)
     # The step pods mount that ConfigMap where the router looks for its config.

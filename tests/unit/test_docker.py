@@ -24,6 +24,7 @@ from docker.utils.build import exclude_paths
 
 from mlrelease.gateway.cli import DEFAULT_PORT as GATEWAY_PORT
 from mlrelease.registry import MODEL_NAME
+from mlrelease.yamlconfig import safe_load
 from tests.container_checks import (
     cross_reference_problems,
     external_bases,
@@ -50,7 +51,7 @@ def dockerfile(name: str) -> str:
 
 def load_compose(path: Path = COMPOSE_FILE) -> dict[str, Any]:
     """The compose document as YAML data (anchors and merge keys resolved, as Compose does)."""
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return safe_load(path.read_text(encoding="utf-8"))
 
 
 def compose_schema() -> dict[str, Any]:
@@ -114,7 +115,7 @@ def test_hadolint_finds_nothing(name: str) -> None:
 
 def test_hadolint_ignores_a_rule_only_with_a_reason() -> None:
     text = (DOCKER / ".hadolint.yaml").read_text(encoding="utf-8")
-    config = yaml.safe_load(text) or {}
+    config = safe_load(text) or {}
     assert config.get("failure-threshold") == "style"  # every finding fails, not only errors
     for rule in config.get("ignored") or []:
         line = next(line for line in text.splitlines() if re.search(rf"-\s*{rule}\b", line))
@@ -389,8 +390,8 @@ def test_secrets_come_from_the_untracked_env_file() -> None:
 
 
 def test_compose_gateway_config_differs_only_in_the_stack_settings() -> None:
-    base = yaml.safe_load((REPO / "config" / "gateway.yaml").read_text(encoding="utf-8"))
-    stack = yaml.safe_load((DOCKER / "gateway.yaml").read_text(encoding="utf-8"))
+    base = safe_load((REPO / "config" / "gateway.yaml").read_text(encoding="utf-8"))
+    stack = safe_load((DOCKER / "gateway.yaml").read_text(encoding="utf-8"))
     assert stack.pop("triton_url") == "http://triton:8000"
     assert stack["routing"].pop("state_url").startswith("redis://redis:6379/")
     base.pop("triton_url", None)
@@ -402,7 +403,7 @@ def test_compose_gateway_config_differs_only_in_the_stack_settings() -> None:
 
 
 def test_prometheus_scrapes_what_the_alert_rules_name(tmp_path: Path) -> None:
-    config = yaml.safe_load((DOCKER / "prometheus.yml").read_text(encoding="utf-8"))
+    config = safe_load((DOCKER / "prometheus.yml").read_text(encoding="utf-8"))
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert jobs["mlrelease-gateway"]["static_configs"][0]["targets"] == [f"gateway:{GATEWAY_PORT}"]
     assert jobs["triton"]["static_configs"][0]["targets"] == ["triton:8002"]
@@ -430,5 +431,5 @@ def test_airflow_image_pins_what_the_lock_pins() -> None:
     pins = re.findall(r'"(apache-airflow[a-z-]*)==([^"]+)"', dockerfile("airflow"))
     assert pins and all(locked.get(name) == version for name, version in pins), (pins, locked)
     # The image the Helm values run is the one this file builds.
-    values = yaml.safe_load((REPO / "deploy" / "airflow" / "values.yaml").read_text(encoding="utf-8"))
+    values = safe_load((REPO / "deploy" / "airflow" / "values.yaml").read_text(encoding="utf-8"))
     assert values["images"]["airflow"]["repository"] == "ghcr.io/mlrelease/airflow"

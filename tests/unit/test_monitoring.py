@@ -26,6 +26,7 @@ from mlrelease.gateway.config import load_config
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.rollout.plan import RolloutPlan, load_plan
 from mlrelease.steps.check_freshness import freshness_registry
+from mlrelease.yamlconfig import safe_load
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "deploy" / "monitoring"
@@ -90,7 +91,7 @@ def _run(promtool: str, *args: str, cwd: Path = RULES_DIR) -> subprocess.Complet
 
 
 def _rule_groups() -> list[dict[str, Any]]:
-    return yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
+    return safe_load(RULES.read_text(encoding="utf-8"))["groups"]
 
 
 def _rules() -> list[dict[str, Any]]:
@@ -236,7 +237,7 @@ def test_rules_pass_their_promtool_unit_tests(promtool):
 def test_every_alert_has_a_firing_and_a_quiet_unit_test():
     cases: dict[str, dict[str, int]] = {name: {"firing": 0, "quiet": 0} for name in _alerts()}
     for path in RULE_TESTS:
-        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]:
+        for group in safe_load(path.read_text(encoding="utf-8"))["tests"]:
             for case in group.get("alert_rule_test", []):
                 assert case["alertname"] in cases, f"{path.name} tests unknown alert {case['alertname']}"
                 cases[case["alertname"]]["firing" if case["exp_alerts"] else "quiet"] += 1
@@ -384,10 +385,10 @@ def test_dashboard_covers_what_operators_need():
 
 
 def test_provisioning_points_grafana_at_the_dashboard_folder():
-    provider = yaml.safe_load((MONITORING / "grafana/provisioning/dashboards/mlrelease.yaml").read_text())
+    provider = safe_load((MONITORING / "grafana/provisioning/dashboards/mlrelease.yaml").read_text())
     [entry] = provider["providers"]
     assert entry["type"] == "file" and entry["options"]["path"].startswith("/")
-    datasources = yaml.safe_load(
+    datasources = safe_load(
         (MONITORING / "grafana/provisioning/datasources/mlrelease-prometheus.yaml").read_text()
     )
     assert [d["type"] for d in datasources["datasources"]] == ["prometheus"]

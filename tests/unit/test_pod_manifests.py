@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
+from mlrelease.yamlconfig import safe_load
 from mlrelease_airflow.catalog import STEPS
 from mlrelease_airflow.pod_spec import STATE_MOUNT
 from mlrelease_airflow.render_pods import render_manifest, render_pods, validation_errors
@@ -91,7 +91,7 @@ def test_validation_catches_a_broken_manifest():
 def test_render_pods_writes_one_yaml_per_step(tmp_path):
     result = render_pods(tmp_path, kubernetes_version=K8S_VERSION)
     assert sorted(p.split("/")[-1] for p in result["manifests"]) == sorted(f"{s}.yaml" for s in STEPS)
-    loaded = yaml.safe_load((tmp_path / "check-freshness.yaml").read_text())
+    loaded = safe_load((tmp_path / "check-freshness.yaml").read_text())
     assert loaded["kind"] == "Pod" and loaded["apiVersion"] == "v1"
 
 
@@ -116,7 +116,7 @@ POD_TEMPLATE = REPO / "deploy" / "airflow" / "step-pod-template.yaml"
 @pytest.mark.parametrize("step", ["materialize", "benchmark"])  # a CPU step and the GPU step
 def test_pods_merge_the_shipped_pod_template_and_still_validate(step, monkeypatch):
     monkeypatch.setenv("MLRELEASE_K8S_POD_TEMPLATE_FILE", str(POD_TEMPLATE))
-    template = yaml.safe_load(POD_TEMPLATE.read_text(encoding="utf-8"))
+    template = safe_load(POD_TEMPLATE.read_text(encoding="utf-8"))
     manifest = render_manifest(step)
     assert validation_errors(manifest, K8S_VERSION) == []
     meta, spec = manifest["metadata"], manifest["spec"]

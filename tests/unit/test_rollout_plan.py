@@ -10,6 +10,7 @@ from mlrelease.errors import StepError
 from mlrelease.gateway.config import load_config
 from mlrelease.rollout.guardrails import SEVERITY, CohortWindow, Verdict, evaluate, resolve_inconclusive, worst
 from mlrelease.rollout.plan import DEFAULT_PLAN, Guardrail, load_plan
+from mlrelease.yamlconfig import safe_load
 
 
 def test_the_default_plan_follows_the_reference_practice():
@@ -62,14 +63,14 @@ def _guardrail(p, **change):
     ],
 )
 def test_a_bad_plan_is_refused_naming_the_field(tmp_path, change, message):
-    plan = yaml.safe_load(DEFAULT_PLAN.read_text())
+    plan = safe_load(DEFAULT_PLAN.read_text())
     change(plan)
     with pytest.raises(StepError, match=message):
         load_plan(_write(tmp_path, plan))
 
 
 def test_a_plan_naming_an_unknown_cohort_is_refused(tmp_path):
-    plan = yaml.safe_load(DEFAULT_PLAN.read_text())
+    plan = safe_load(DEFAULT_PLAN.read_text())
     plan["stages"][0]["candidate_percent"] = {"vip": 50}
     with pytest.raises(StepError, match=r"unknown cohort\(s\) \['vip'\]"):
         load_plan(_write(tmp_path, plan)).check_cohorts(load_config().cohorts.names)

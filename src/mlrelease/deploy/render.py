@@ -69,10 +69,12 @@ def validation_problems(objects: list[dict[str, Any]], kubernetes_version: str =
     """Strict schema violations (unknown fields are errors) of each object, named by object and field path."""
     import kubernetes_validate
 
+    from mlrelease.deploy.kube_schema import strict_validate
+
     problems = []
     for obj in objects:
         try:
-            kubernetes_validate.validate(obj, kubernetes_version, strict=True)
+            strict_validate(obj, kubernetes_version)
         except kubernetes_validate.ValidationError as exc:
             problems.append(f"{object_name(obj)}: {'.'.join(str(p) for p in exc.path)}: {exc.message}")
     duplicates = [name for name, count in Counter(map(object_name, objects)).items() if count > 1]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mlrelease.errors import StepError
 from mlrelease.gateway.config import RateLimit
 from mlrelease.storage import write_text_atomic
-from mlrelease.yamlconfig import StrictModel, validation_problems
+from mlrelease.yamlconfig import StrictModel, safe_load, validation_problems
 
 
 class ClientEntry(StrictModel):
@@ -49,7 +49,7 @@ def read_keys(path: Path) -> KeysFile:
     if not path.is_file():
         return KeysFile()
     try:  # every problem, YAML syntax included, reads "API keys file … is invalid"
-        return KeysFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+        return KeysFile.model_validate(safe_load(path.read_text(encoding="utf-8")) or {})
     except yaml.YAMLError as exc:
         raise StepError(f"API keys file {path} is invalid: {exc}") from None
     except ValidationError as exc:
