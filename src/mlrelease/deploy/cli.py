@@ -47,7 +47,7 @@ def _cmd_check(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
 
 def register(subparsers: Any) -> None:
     """Add `deploy render` and `deploy check` to the top-level `mlrelease` subparsers."""
-    from mlrelease.deploy.render import KUBERNETES_VERSION
+    from mlrelease.deploy.kube_schema import KUBERNETES_VERSION  # light: the CLI parser is built on every command
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--values", required=True, help="deploy values YAML (e.g. deploy/values.yaml)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+KUBERNETES_VERSION = "1.37.0"  # the schema manifests are validated against (`--kubernetes-version` overrides)
+
 
 def strict_validate(manifest: dict[str, Any], kubernetes_version: str) -> None:
     """`kubernetes_validate.validate(manifest, version, strict=True)`: unknown fields are errors; raises its

@@ -12,14 +12,13 @@ import yaml
 from mlrelease.deploy.foundation import namespace, service_accounts, state_claim
 from mlrelease.deploy.gateway import gateway
 from mlrelease.deploy.gateway_config import cluster_gateway_config
+from mlrelease.deploy.kube_schema import KUBERNETES_VERSION, strict_validate
 from mlrelease.deploy.network import network_policies
 from mlrelease.deploy.rbac import rbac
 from mlrelease.deploy.triton import triton
 from mlrelease.deploy.values import DeployValues, load_values
 from mlrelease.errors import StepError
 from mlrelease.gateway.config import GatewayConfig
-
-KUBERNETES_VERSION = "1.37.0"
 
 
 def render_objects(values: DeployValues, gateway_config: GatewayConfig) -> list[dict[str, Any]]:
@@ -68,8 +67,6 @@ def object_name(obj: dict[str, Any]) -> str:
 def validation_problems(objects: list[dict[str, Any]], kubernetes_version: str = KUBERNETES_VERSION) -> list[str]:
     """Strict schema violations (unknown fields are errors) of each object, named by object and field path."""
     import kubernetes_validate
-
-    from mlrelease.deploy.kube_schema import strict_validate
 
     problems = []
     for obj in objects:
