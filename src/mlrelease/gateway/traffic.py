@@ -156,9 +156,10 @@ async def send(
     concurrency: int,
     header: str = "X-API-Key",
     stop: threading.Event | None = None,
+    max_requests: int = MAX_REQUESTS,
 ) -> TrafficReport:
-    """POST bodies (cycled) to {url}/v1/predict for `duration_s` (or until `stop` is set): `rate` per second,
-    or closed loop when rate is 0."""
+    """POST bodies (cycled) to {url}/v1/predict for `duration_s` (or until `stop` is set, or `max_requests` were
+    sent): `rate` per second, or closed loop when rate is 0."""
     import aiohttp
 
     if not bodies:
@@ -167,7 +168,7 @@ async def send(
     gate = asyncio.Semaphore(concurrency)
     headers = {header: api_key} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=10)
-    limit = min(MAX_REQUESTS, int(rate * duration_s)) if rate > 0 else MAX_REQUESTS
+    limit = min(max_requests, int(rate * duration_s)) if rate > 0 else max_requests
     async with aiohttp.ClientSession(
         base_url=url.rstrip("/"), headers=headers, timeout=timeout, connector=aiohttp.TCPConnector(limit=concurrency)
     ) as session:
