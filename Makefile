@@ -97,9 +97,9 @@ TEST_WORKERS ?= 2
 test: system-test setup $(NODE_TOOLS) lint
 	pytest tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-# The pure unit tier (no servers): 672 tests in ~2 min on this 2-core box.
+# The pure unit tier (no servers), on the same workers as `make test`.
 test-fast: system-test setup $(NODE_TOOLS)
-	pytest tests/unit
+	pytest tests/unit -n $(TEST_WORKERS)
 
 lint: setup
 	ruff check src plugins dags tests bench feature_repo
