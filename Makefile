@@ -15,6 +15,9 @@ export MLRELEASE_HOME ?= $(CURDIR)/.mlrelease
 export AIRFLOW_HOME := $(MLRELEASE_HOME)/airflow
 export AIRFLOW_CONFIG := $(CURDIR)/airflow.cfg
 export PATH := $(VENV)/bin:$(PATH)
+# mypy's incremental cache lives with the user's other build caches (like uv's), not in the checkout: a clean clone
+# re-checks only what changed (~3 s) instead of everything (~45 s). mypy validates each entry by its source's hash.
+export MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mlrelease/mypy
 
 # The demo run: the nightly run whose data interval ends at $(DATE) 02:00 UTC (override: make run DATE=…).
 DATE ?= 2026-11-29
