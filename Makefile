@@ -18,6 +18,11 @@ export PATH := $(VENV)/bin:$(PATH)
 # mypy's incremental cache lives with the user's other build caches (like uv's), not in the checkout: a clean clone
 # re-checks only what changed (~3 s) instead of everything (~45 s). mypy validates each entry by its source's hash.
 export MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mlrelease/mypy
+# uv builds the venvs: the one on PATH, else a pinned private copy installed once with pip into the user's cache.
+# `--target` rather than a system-wide or --user install: Debian's Python refuses those (PEP 668, externally managed).
+UV_VERSION := 0.13.9
+UV_TOOL := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mlrelease/uv-$(UV_VERSION)
+UV := $(or $(shell command -v uv 2>/dev/null),$(UV_TOOL)/bin/uv)
 
 # The demo run: the nightly run whose data interval ends at $(DATE) 02:00 UTC (override: make run DATE=…).
 DATE ?= 2026-11-29
@@ -49,19 +54,20 @@ help:
 	@echo "make bench  - benchmarks with comparison tables"
 	@echo "make render-pods OUT=DIR - every step's Kubernetes pod manifest, rendered by the DAG's operator and validated"
 
-$(VENV)/.installed: pyproject.toml requirements.lock src/mlrelease_typeguard_cache/__init__.py
-	@command -v uv >/dev/null 2>&1 || python3 -m pip install -q uv
-	uv venv -q --allow-existing --python $(PYTHON_VERSION) $(VENV)
-	uv pip sync -q --compile-bytecode --python $(PY) requirements.lock
-	uv pip install -q --compile-bytecode --python $(PY) --no-deps -e .
+$(VENV)/.installed: pyproject.toml requirements.lock src/mlrelease_typeguard_cache/__init__.py | $(UV)
+	$(UV) venv -q --allow-existing --python $(PYTHON_VERSION) $(VENV)
+	$(UV) pip sync -q --compile-bytecode --python $(PY) requirements.lock
+	$(UV) pip install -q --compile-bytecode --python $(PY) --no-deps -e .
 	@# Feast's typeguard instrumentation, compiled once and reused by every process (~8 s of CPU per Feast import)
 	$(PY) -m mlrelease_typeguard_cache > /dev/null
 	@touch $@
 
-$(TRITON_VENV)/.installed: requirements-triton.lock
-	@command -v uv >/dev/null 2>&1 || python3 -m pip install -q uv
-	uv venv -q --allow-existing --python $(PYTHON_VERSION) $(TRITON_VENV)
-	uv pip sync -q --python $(TRITON_VENV)/bin/python requirements-triton.lock
+$(UV_TOOL)/bin/uv:
+	python3 -m pip install -q --disable-pip-version-check --target $(UV_TOOL) uv==$(UV_VERSION)
+
+$(TRITON_VENV)/.installed: requirements-triton.lock | $(UV)
+	$(UV) venv -q --allow-existing --python $(PYTHON_VERSION) $(TRITON_VENV)
+	$(UV) pip sync -q --python $(TRITON_VENV)/bin/python requirements-triton.lock
 	@touch $@
 
 # Test-only schema validators from the npm registry (Gateway API objects, generated from the upstream CRDs).
