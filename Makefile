@@ -18,6 +18,9 @@ export PATH := $(VENV)/bin:$(PATH)
 # mypy's incremental cache lives with the user's other build caches (like uv's), not in the checkout: a clean clone
 # re-checks only what changed (~3 s) instead of everything (~45 s). mypy validates each entry by its source's hash.
 export MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mlrelease/mypy
+# Python writes the bytecode of what it imports, once, into the venv (even where the caller's environment turns that
+# off): compiling only what is used is cheaper than compiling all 1.9 GB of the venv up front (~25 s).
+export PYTHONDONTWRITEBYTECODE :=
 # uv builds the venvs: the one on PATH, else a pinned private copy installed once with pip into the user's cache.
 # `--target` rather than a system-wide or --user install: Debian's Python refuses those (PEP 668, externally managed).
 UV_VERSION := 0.13.9
@@ -56,8 +59,8 @@ help:
 
 $(VENV)/.installed: pyproject.toml requirements.lock src/mlrelease_typeguard_cache/__init__.py | $(UV)
 	$(UV) venv -q --allow-existing --python $(PYTHON_VERSION) $(VENV)
-	$(UV) pip sync -q --compile-bytecode --python $(PY) requirements.lock
-	$(UV) pip install -q --compile-bytecode --python $(PY) --no-deps -e .
+	$(UV) pip sync -q --python $(PY) requirements.lock
+	$(UV) pip install -q --python $(PY) --no-deps -e .
 	@# Feast's typeguard instrumentation, compiled once and reused by every process (~8 s of CPU per Feast import)
 	$(PY) -m mlrelease_typeguard_cache > /dev/null
 	@touch $@
