@@ -15,16 +15,18 @@ export MLRELEASE_HOME ?= $(CURDIR)/.mlrelease
 export AIRFLOW_HOME := $(MLRELEASE_HOME)/airflow
 export AIRFLOW_CONFIG := $(CURDIR)/airflow.cfg
 export PATH := $(VENV)/bin:$(PATH)
+# Build caches shared by every checkout of this user (the mypy cache, the uv bootstrap), beside uv's own.
+USER_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mlrelease
 # mypy's incremental cache lives with the user's other build caches (like uv's), not in the checkout: a clean clone
 # re-checks only what changed (~3 s) instead of everything (~45 s). mypy validates each entry by its source's hash.
-export MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mlrelease/mypy
+export MYPY_CACHE_DIR ?= $(USER_CACHE)/mypy
 # Python writes the bytecode of what it imports, once, into the venv (even where the caller's environment turns that
 # off): compiling only what is used is cheaper than compiling all 1.9 GB of the venv up front (~25 s).
 export PYTHONDONTWRITEBYTECODE :=
 # uv builds the venvs: the one on PATH, else a pinned private copy installed once with pip into the user's cache.
 # `--target` rather than a system-wide or --user install: Debian's Python refuses those (PEP 668, externally managed).
 UV_VERSION := 0.13.9
-UV_TOOL := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mlrelease/uv-$(UV_VERSION)
+UV_TOOL := $(USER_CACHE)/uv-$(UV_VERSION)
 UV := $(or $(shell command -v uv 2>/dev/null),$(UV_TOOL)/bin/uv)
 
 # The demo run: the nightly run whose data interval ends at $(DATE) 02:00 UTC (override: make run DATE=…).
