@@ -14,6 +14,8 @@ export MLRELEASE_REPO := $(CURDIR)
 export MLRELEASE_HOME ?= $(CURDIR)/.mlrelease
 export AIRFLOW_HOME := $(MLRELEASE_HOME)/airflow
 export AIRFLOW_CONFIG := $(CURDIR)/airflow.cfg
+# The machine's python3, resolved before the venv goes first on PATH (a uv venv has no pip): it bootstraps uv.
+SYSTEM_PYTHON := $(shell command -v python3)
 export PATH := $(VENV)/bin:$(PATH)
 # Build caches shared by every checkout of this user (the mypy cache, the uv bootstrap), beside uv's own.
 USER_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/mlrelease
@@ -68,7 +70,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock src/mlrelease_typeguard_cac
 	@touch $@
 
 $(UV_TOOL)/bin/uv:
-	python3 -m pip install -q --disable-pip-version-check --target $(UV_TOOL) uv==$(UV_VERSION)
+	$(SYSTEM_PYTHON) -m pip install -q --disable-pip-version-check --target $(UV_TOOL) uv==$(UV_VERSION)
 
 $(TRITON_VENV)/.installed: requirements-triton.lock | $(UV)
 	$(UV) venv -q --allow-existing --python $(PYTHON_VERSION) $(TRITON_VENV)
@@ -88,10 +90,10 @@ $(AIRFLOW_HOME)/airflow.db: $(VENV)/.installed
 
 # System packages first, before any other work: installed as root, otherwise one command to run is printed.
 system-run:
-	@scripts/system_packages.sh run
+	@SYSTEM_PYTHON=$(SYSTEM_PYTHON) scripts/system_packages.sh run
 
 system-test:
-	@scripts/system_packages.sh test
+	@SYSTEM_PYTHON=$(SYSTEM_PYTHON) scripts/system_packages.sh test
 
 setup: system-run $(VENV)/.installed $(TRITON_VENV)/.installed $(AIRFLOW_HOME)/airflow.db
 

@@ -10,8 +10,9 @@ export PATH="$PATH:/usr/sbin:/sbin"
 # redis-server: the Redis online store and routing store; libb64-0d: the real perf_analyzer links against it.
 command -v redis-server > /dev/null 2>&1 || need+=(redis-server)
 ldconfig -p 2> /dev/null | grep -q libb64.so.0d || need+=(libb64-0d)
-# uv builds the venvs; without one on PATH the Makefile installs it with pip, which Debian ships separately.
-command -v uv > /dev/null 2>&1 || python3 -m pip --version > /dev/null 2>&1 || need+=(python3-pip)
+# uv builds the venvs; without one on PATH the Makefile installs it with the machine's pip (SYSTEM_PYTHON: not the
+# venv's python, which make puts first on PATH), which Debian ships separately.
+command -v uv > /dev/null 2>&1 || "${SYSTEM_PYTHON:-python3}" -m pip --version > /dev/null 2>&1 || need+=(python3-pip)
 if [ "$purpose" = test ]; then
   # chromium: the release report and Airflow's trigger form are looked at in a real headless browser;
   # prometheus: promtool checks the alert rules; nodejs/npm: the Gateway API schema validator (tests/tools).
