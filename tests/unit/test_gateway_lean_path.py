@@ -156,3 +156,23 @@ def test_default_workers_follow_the_cgroup_quota(tmp_path, cpu_max, expected):
     assert workers >= 1
     if expected is not None:
         assert workers == min(expected, default_workers(tmp_path / "none"))
+
+
+def test_metrics_stay_in_memory_in_a_process_that_inherited_feasts_multiprocess_dir(tmp_path):
+    """`import feast` exports PROMETHEUS_MULTIPROC_DIR; a gateway started by such a process must not write its
+    samples into that directory (the parent deletes it at exit) but keep them in memory, as it exports them."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from prometheus_client import generate_latest\n"
+        "from mlrelease.gateway.metrics import GatewayMetrics\n"
+        "m = GatewayMetrics()\n"
+        "m.observe_answer('core', '1', 'model', 12.0, 0.9, 0.004)\n"
+        "print(generate_latest(m.registry).decode())\n"
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PROMETHEUS_MULTIPROCESS_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    assert 'mlrelease_gateway_requests_total{cohort="core",source="model",version="1"} 1.0' in out
+    assert list(tmp_path.iterdir()) == []

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 
 from mlrelease.model.estimator import LOW_CONFIDENCE
+
+# Every gateway process exports its own registry, so its samples live in its memory. `import feast` (feast.metrics)
+# sets PROMETHEUS_MULTIPROC_DIR to a temp dir of its own when unset, and every process started by one that imported
+# Feast inherits it: prometheus_client then stores each sample in an mmap file there (a lock, a pid check and a
+# file write per increment: ~30 µs a request, a sixth of the gateway's own Python path), in a directory the parent
+# deletes when it exits. prometheus_client picks the value class per metric and child from this module attribute.
+values.ValueClass = values.MutexValue
 
 PREFIX = "mlrelease_gateway"
 LATENCY_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)

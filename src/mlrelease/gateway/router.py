@@ -91,8 +91,8 @@ class Router:
             if new_epoch or state.revision > local.persisted_at:
                 del self._trips[version]
         self.metrics.routing_revision.set(state.revision)
-        # Set every cohort seen so far (0 when no longer listed) rather than clear(): Feast's import turns on
-        # prometheus_client's multiprocess env, under which clear() is unsupported.
+        # Set every cohort seen so far (0 when no longer listed) rather than clear(): a cohort that left the plan
+        # reads 0 instead of its series disappearing, which alerts would take for a scrape gap.
         self._cohorts_seen |= set(state.candidate_percent)
         for cohort in self._cohorts_seen:
             self.metrics.candidate_percent.labels(cohort).set(state.candidate_percent.get(cohort, 0.0))
