@@ -5,8 +5,10 @@ good model and faulty copies, two `mlrelease gateway` processes (one uvicorn wor
 request is one process's: batching off = the baseline, batching on = the config default) and this process
 as the client. At each concurrency, side by side in one run: direct Triton with the Python async client
 (tritonclient, batch 1), direct Triton with perf_analyzer (C++), and the gateway with features supplied
-and with the Feast lookup, each with batching off and on.
-    python bench/bench_gateway.py [--seconds 4] [--repeats 10] [--concurrency 1,4,16,64] [--profile DIR]
+and with the Feast lookup, each with batching off and on, in interleaved rounds: this box's speed drifts
+by tens of percent from one minute to the next, so each gateway round is compared with the direct client's
+round next to it and the table gives the median over rounds with the range.
+    python bench/bench_gateway.py [--seconds 2] [--rounds 5] [--repeats 10] [--concurrency 1,4,16,64] [--profile DIR]
 
 Targets (issue 15): at concurrency 16 the gateway with features supplied >= 60 % of direct Triton (Python
 client), with the Feast lookup >= 40 %; at concurrency 1 added p50 <= 1 ms (supplied), <= 2 ms (Feast).
@@ -234,16 +236,46 @@ def batching_off(config: Path) -> Path:
     return off
 
 
-def _cells(m: dict[str, float], direct: dict[str, float]) -> list[object]:
+def _gateway_path(
+    url: str, bodies: list[dict[str, Any]], key: str, pid: int, triton: Any, args: Any, name: str, path: str
+) -> Any:
+    """One gateway path as a function of the concurrency (py-spy'd when asked, for the batching gateway)."""
+
+    def measure(c: int) -> dict[str, float]:
+        profile = None
+        if name == "on" and args.profile:
+            profile = _profiled(pid, args.seconds, args.profile / f"gw-c{c}-{path}.txt")
+        result = through_gateway(url, bodies, key, c, args.seconds, pid, triton)
+        if profile is not None:
+            profile.wait(timeout=60)
+        return result
+
+    return measure
+
+
+def median(rounds: list[dict[str, float]], field: str) -> float:
+    """The median of one field over the rounds."""
+    return float(np.median([r[field] for r in rounds]))
+
+
+def paired(gw: list[dict[str, float]], direct: list[dict[str, float]], of: Any) -> tuple[float, float, float]:
+    """Median, min and max over the rounds of of(gateway round, direct round of the same round)."""
+    values = [of(g, d) for g, d in zip(gw, direct, strict=True)]
+    return float(np.median(values)), min(values), max(values)
+
+
+def _cells(gw: list[dict[str, float]], direct: list[dict[str, float]]) -> list[object]:
+    added = paired(gw, direct, lambda g, d: g["p50"] - d["p50"])
+    share = paired(gw, direct, lambda g, d: g["rate"] / d["rate"])
     return [
-        f"{m['rate']:,.0f}",
-        f"{m['p50']:.2f}",
-        f"{m['p99']:.2f}",
-        f"{m['p50'] - direct['p50']:+.2f}",
-        f"{m['rate'] / direct['rate']:.0%}",
-        f"{m['cpu_ms']:.2f}",
-        f"{m['rows_per_call']:.1f}",
-        f"{m['rows_per_exec']:.1f}",
+        f"{median(gw, 'rate'):,.0f}",
+        f"{median(gw, 'p50'):.2f}",
+        f"{median(gw, 'p99'):.2f}",
+        f"{added[0]:+.2f} ({added[1]:+.2f}..{added[2]:+.2f})",
+        f"{share[0]:.0%} ({share[1]:.0%}..{share[2]:.0%})",
+        f"{median(gw, 'cpu_ms'):.2f}",
+        f"{median(gw, 'rows_per_call'):.1f}",
+        f"{median(gw, 'rows_per_exec'):.1f}",
     ]
 
 
@@ -271,7 +303,8 @@ def _profiled(pid: int, seconds: float, out: Path | None) -> subprocess.Popen[by
 def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
     """Build the world, measure the tables, print them."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=4.0, help="measurement per concurrency level and path")
+    parser.add_argument("--seconds", type=float, default=2.0, help="measurement per concurrency level, path and round")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per concurrency level")
     parser.add_argument("--repeats", type=int, default=10, help="fault injections per kind")
     parser.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)), help="closed-loop levels")
     parser.add_argument("--perf-interval-ms", type=int, default=1000, help="perf_analyzer's measurement window")
@@ -323,20 +356,23 @@ def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
                 gc.collect()
                 gc.freeze()
                 pauses = GcPauses()
-                measured: dict[int, dict[str, dict[str, float]]] = {}
+                measured: dict[int, dict[str, list[dict[str, float]]]] = {}
+                paths = {
+                    "direct": lambda c: asyncio.run(direct_triton(triton_url, rows, c, args.seconds)),
+                    **{
+                        f"{name}-{path}": _gateway_path(url, bodies, key, pids[url], triton, args, name, path)
+                        for name, url in (("off", baseline), ("on", gateway))
+                        for path, bodies in (("supplied", supplied), ("feast", from_feast))
+                    },
+                }
                 for c in levels:
-                    m = measured[c] = {
-                        "direct": asyncio.run(direct_triton(triton_url, rows, c, args.seconds)),
-                        "perf": perf_analyzer(settings, triton_url, c, home, args.perf_interval_ms),
-                    }
-                    for name, url in (("off", baseline), ("on", gateway)):
-                        for path, bodies in (("supplied", supplied), ("feast", from_feast)):
-                            profile = None
-                            if name == "on" and args.profile:
-                                profile = _profiled(pids[url], args.seconds, args.profile / f"gw-c{c}-{path}.txt")
-                            m[f"{name}-{path}"] = through_gateway(url, bodies, key, c, args.seconds, pids[url], triton)
-                            if profile is not None:
-                                profile.wait(timeout=60)
+                    m = measured[c] = {"perf": [perf_analyzer(settings, triton_url, c, home, args.perf_interval_ms)]}
+                    # Interleaved rounds, each in a rotated order: this box's speed drifts by tens of percent
+                    # between minutes, so each gateway figure is compared with the direct client of its own round.
+                    order = list(paths)
+                    for r in range(args.rounds):
+                        for name in order[r % len(order) :] + order[: r % len(order)]:
+                            m.setdefault(name, []).append(paths[name](c))
                 failover = {}
                 for kind in ("nan", "crash"):
                     samples = [
@@ -354,16 +390,20 @@ def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
     print(
         "Triton ran (its statistics, after its own dynamic batching); added p50 and 'of direct' vs the Python client."
     )
+    print(
+        f"Each figure is the median of {args.rounds} interleaved rounds of {args.seconds:g} s per path; added p50 and"
+        " 'of direct' pair each gateway round with the direct client's of the same round: median (min..max)."
+    )
     gw_cols = ["req/s", "p50", "p99", "added p50", "of direct", "CPU ms/req", "rows/call", "rows/exec"]
     table = []
     for c, m in measured.items():
-        d, pa = m["direct"], m["perf"]
+        d, (pa,) = m["direct"], m["perf"]
         table.append(
             [
                 c,
-                f"{d['rate']:,.0f}",
-                f"{d['p50']:.2f}",
-                f"{d['p99']:.2f}",
+                f"{median(d, 'rate'):,.0f}",
+                f"{median(d, 'p50'):.2f}",
+                f"{median(d, 'p99'):.2f}",
                 f"{pa['rate']:,.0f}",
                 f"{pa['p50']:.2f}",
                 f"{pa['p99']:.2f}",
@@ -386,16 +426,16 @@ def main() -> None:  # noqa: C901 - a linear script: set up, measure, print
                 [
                     c,
                     path,
-                    f"{off['rate']:,.0f}",
-                    f"{on['rate']:,.0f}",
-                    f"{on['rate'] / off['rate']:.2f}x",
-                    f"{off['p99']:.2f}",
-                    f"{on['p99']:.2f}",
-                    f"{off['cpu_ms']:.2f}",
-                    f"{on['cpu_ms']:.2f}",
-                    f"{off['rows_per_exec']:.1f}",
-                    f"{on['rows_per_call']:.1f}",
-                    f"{on['rows_per_exec']:.1f}",
+                    f"{median(off, 'rate'):,.0f}",
+                    f"{median(on, 'rate'):,.0f}",
+                    f"{paired(on, off, lambda a, b: a['rate'] / b['rate'])[0]:.2f}x",
+                    f"{median(off, 'p99'):.2f}",
+                    f"{median(on, 'p99'):.2f}",
+                    f"{median(off, 'cpu_ms'):.2f}",
+                    f"{median(on, 'cpu_ms'):.2f}",
+                    f"{median(off, 'rows_per_exec'):.1f}",
+                    f"{median(on, 'rows_per_call'):.1f}",
+                    f"{median(on, 'rows_per_exec'):.1f}",
                 ]
             )
     print_table(
