@@ -660,6 +660,34 @@ def test_online_reader_answers_what_get_online_features_answers(world, pool):
     _assert_reader_matches_feast(open_store(world.settings), rows)
 
 
+def test_a_local_store_is_read_in_wal_mode_while_a_writer_holds_it(world, pool):
+    """The gateway reads SQLite on its event loop, so no read may wait on a writer: in WAL mode a write transaction
+    holding the file (a materialization) leaves reads answering the committed values at once."""
+    import sqlite3
+
+    from mlrelease.feast_store import open_store
+    from mlrelease.gateway.online_reader import OnlineReader
+
+    store = open_store(world.settings)
+    reader = OnlineReader(store)
+    assert reader.prepare_local_reads(busy_timeout_ms=200) is True
+    feast_conn = store._provider.online_store._get_conn(store.config)
+    path = feast_conn.execute("PRAGMA database_list").fetchone()[2]
+    (table,) = feast_conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '%user_features'").fetchone()
+    rows = _ids(pool.head(5))
+    committed = reader.read(rows)
+    writer = sqlite3.connect(path, isolation_level=None)
+    try:
+        writer.execute("BEGIN EXCLUSIVE")
+        writer.execute(f'DELETE FROM "{table}"')  # uncommitted; in rollback-journal mode this locks readers out
+        assert reader.read(rows) == committed
+    finally:
+        if writer.in_transaction:
+            writer.execute("ROLLBACK")
+    assert writer.execute("PRAGMA journal_mode").fetchone() == ("wal",)  # the file's mode, for every connection
+    writer.close()
+
+
 def test_online_reader_on_redis_answers_what_get_online_features_answers(world, pool, tmp_path):
     """Redis (an unknown key there is a reply of empty values, not nothing): the same answers as Feast's pipeline,
     and the lookup refuses the unknown id (a stopped Redis is covered through the gateway above)."""

@@ -41,12 +41,14 @@ class FakeReader:
             },
         }
         self.reads: list[list[dict[str, int]]] = []
+        self.threads: list[int] = []  # the thread each read ran on
         self.fail = fail
         self.gate = threading.Event()
         self.gate.set()
 
     def read(self, rows):
         self.reads.append(list(rows))
+        self.threads.append(threading.get_ident())
         self.gate.wait(5)
         if self.fail is not None:
             raise self.fail
@@ -127,3 +129,23 @@ def test_a_caller_that_timed_out_does_not_break_the_next_reads():
         return answer
 
     assert asyncio.run(scenario()) == {"tier": "premium", "orders_30d": 4, "weight_kg": 2.5}
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_a_local_store_is_read_on_the_loop_and_a_networked_one_on_a_thread(inline):
+    reader = FakeReader()
+
+    async def scenario():
+        lookup = BatchingLookup(_lookup(reader), inline=inline)
+        # Requests parsed in one loop iteration queue before the read starts: one read answers them all.
+        answers = await asyncio.gather(
+            *(lookup.fetch({"user_id": 1, "package_id": p}) for p in (10, 11, 99)), return_exceptions=True
+        )
+        await lookup.close()
+        return threading.get_ident(), answers
+
+    loop_thread, answers = asyncio.run(scenario())
+    assert [len(rows) for rows in reader.reads] == [3]
+    assert (reader.threads == [loop_thread]) is inline
+    assert answers[0] == {"tier": "premium", "orders_30d": 4, "weight_kg": 2.5}
+    assert isinstance(answers[1], StaleFeatures) and isinstance(answers[2], UnknownEntity)

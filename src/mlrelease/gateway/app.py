@@ -141,7 +141,8 @@ def _lifespan(
 
         # The service's views are resolved once here; each read then goes straight to the online store.
         reader = OnlineReader(open_store(settings))
-        lookup = BatchingLookup(FeatureLookup(reader, _replay_or_wall_clock(config)))
+        inline = reader.prepare_local_reads(busy_timeout_ms=config.feature_timeout_ms)
+        lookup = BatchingLookup(FeatureLookup(reader, _replay_or_wall_clock(config)), inline=inline)
         eta_range = (config.guard.min_eta_hours, config.guard.max_eta_hours)
         model = TritonModelClient(config.triton_url or triton_url(), config.model, eta_range)
         batcher = await _batcher(config, model, metrics, eta_range)

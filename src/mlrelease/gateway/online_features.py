@@ -76,11 +76,18 @@ class BatchingLookup:
 
     :param lookup: the underlying FeatureLookup.
     :param max_batch: most rows per read.
+    :param max_waiting: lookups queued beyond this are refused at once (503).
+    :param inline: read on the event loop instead of a worker thread. For a local SQLite store (WAL, bounded busy
+        timeout: see OnlineReader.prepare_local_reads) a one-row read costs ~0.15 ms, the hand-off to a thread and
+        back ~0.2 ms more of CPU and latency; requests arriving during an inline read form the next batch.
     """
 
-    def __init__(self, lookup: FeatureLookup, max_batch: int = 64, max_waiting: int = 2048) -> None:
+    def __init__(
+        self, lookup: FeatureLookup, max_batch: int = 64, max_waiting: int = 2048, inline: bool = False
+    ) -> None:
         self.lookup = lookup
         self.max_batch = max_batch
+        self.inline = inline
         # Bounded: during a store outage new requests get a 503 at once instead of queueing behind thousands.
         self._queue: asyncio.Queue[tuple[dict[str, int], asyncio.Future[dict[str, Any]]]] = asyncio.Queue(max_waiting)
         self._worker: asyncio.Task[None] | None = None
@@ -105,7 +112,12 @@ class BatchingLookup:
             if not batch:
                 continue
             try:
-                results = await asyncio.to_thread(self.lookup.fetch_many, [ids for ids, _ in batch])
+                rows = [ids for ids, _ in batch]
+                results = (
+                    self.lookup.fetch_many(rows)
+                    if self.inline
+                    else await asyncio.to_thread(self.lookup.fetch_many, rows)
+                )
             except Exception as exc:  # a bug, not an outage: fail these requests, keep serving the next ones
                 log.exception("feature batch failed")
                 results = [FeatureStoreUnavailable(f"feature lookup failed: {type(exc).__name__}")] * len(batch)

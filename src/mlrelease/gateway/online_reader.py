@@ -9,7 +9,9 @@ serialization, SQL or Redis commands and value parsing) plus the value conversio
 
 from __future__ import annotations
 
+import logging
 import math
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +20,8 @@ from mlrelease.model.features import ENTITY_KEYS, FEATURE_SERVICE
 
 if TYPE_CHECKING:
     from feast import FeatureStore
+
+log = logging.getLogger(__name__)
 
 # Per row of a read: the view's event time in whole seconds (0 when unknown) and its feature values, or None
 # when the store holds no value of the view for that id.
@@ -100,6 +104,27 @@ class OnlineReader:
         self._to_python = feast_value_type_to_python_type
         self._keys: dict[str, dict[int, Any]] = {plan.name: {} for plan in self.plans}
         self._plain = {plan.name: plan.plain for plan in self.plans}
+
+    def prepare_local_reads(self, busy_timeout_ms: float) -> bool:
+        """Whether reads may run on the event loop: True for a local SQLite store, which this switches to WAL (a
+        materialization writing never blocks a read) with a busy timeout that bounds any lock wait; False for a
+        networked store (Redis), whose client may retry for seconds and is read on a worker thread."""
+        from feast.infra.online_stores.sqlite import SqliteOnlineStore
+
+        online_store = self._provider.online_store
+        if not isinstance(online_store, SqliteOnlineStore):
+            return False
+        # Feast's own connection, the one its online_read uses (opened here, before the first request).
+        conn = online_store._get_conn(self._config)
+        conn.execute(f"PRAGMA busy_timeout = {max(1, int(busy_timeout_ms))}")
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:  # a writer holds the file now: stay in its mode, waits stay bounded
+            log.warning("online store: could not switch to WAL (%s); reads may wait up to %g ms", exc, busy_timeout_ms)
+            return True
+        if str(mode).lower() != "wal":  # e.g. an in-memory database: reads still run inline, waits bounded
+            log.warning("online store journal mode is %s, not WAL; reads may wait up to %g ms", mode, busy_timeout_ms)
+        return True
 
     def read(self, rows: Sequence[dict[str, int]]) -> list[list[ViewRow]]:
         """Per planned view, per row in order: its event time and values (store errors propagate)."""
