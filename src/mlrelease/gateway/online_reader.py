@@ -106,24 +106,25 @@ class OnlineReader:
         self._plain = {plan.name: plan.plain for plan in self.plans}
 
     def prepare_local_reads(self, busy_timeout_ms: float) -> bool:
-        """Whether reads may run on the event loop: True for a local SQLite store, which this switches to WAL (a
-        materialization writing never blocks a read) with a busy timeout that bounds any lock wait; False for a
-        networked store (Redis), whose client may retry for seconds and is read on a worker thread."""
+        """Whether reads may run on the event loop: True for a local SQLite store once it is in WAL mode (a
+        materialization writing then never blocks a read); False for a networked store (Redis, whose client may
+        retry for seconds) or a SQLite file that stays in another mode, which are read on a worker thread."""
         from feast.infra.online_stores.sqlite import SqliteOnlineStore
 
         online_store = self._provider.online_store
         if not isinstance(online_store, SqliteOnlineStore):
             return False
-        # Feast's own connection, the one its online_read uses (opened here, before the first request).
+        # Feast's own connection, the one its online_read uses (Feast has no public accessor; opened here, before
+        # the first request). The busy timeout bounds a lock wait in any mode; Python's default is 5 s.
         conn = online_store._get_conn(self._config)
         conn.execute(f"PRAGMA busy_timeout = {max(1, int(busy_timeout_ms))}")
         try:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        except sqlite3.OperationalError as exc:  # a writer holds the file now: stay in its mode, waits stay bounded
-            log.warning("online store: could not switch to WAL (%s); reads may wait up to %g ms", exc, busy_timeout_ms)
-            return True
-        if str(mode).lower() != "wal":  # e.g. an in-memory database: reads still run inline, waits bounded
-            log.warning("online store journal mode is %s, not WAL; reads may wait up to %g ms", mode, busy_timeout_ms)
+            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+        except sqlite3.OperationalError as exc:  # a writer held the file past the busy timeout
+            mode = f"unchanged ({exc})"
+        if mode != "wal":
+            log.warning("online store not in WAL mode (%s): reading it on a worker thread", mode)
+            return False
         return True
 
     def read(self, rows: Sequence[dict[str, int]]) -> list[list[ViewRow]]:
