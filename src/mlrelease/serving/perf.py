@@ -60,8 +60,10 @@ def run_perf_analyzer(
     out_csv: Path,
     settings: PerfSettings,
     protocol: str = "http",
+    timeout_s: float = 600.0,
 ) -> tuple[list[Level], int]:
-    """Measure one version; retries an unstable measurement with a looser stability; returns levels and the % used."""
+    """Measure one version; retries an unstable measurement with a looser stability; returns levels and the % used.
+    A run past `timeout_s` is killed and raises StepError."""
     if not binary.is_file():
         raise StepError(f"perf_analyzer not found at {binary}: build the toolchain with `make setup`")
     address, tls = host_port(url)
@@ -89,9 +91,11 @@ def run_perf_analyzer(
             str(out_csv),
         ]
         try:
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise StepError(f"perf_analyzer on {model} version {version} did not finish within 600 s") from None
+            raise StepError(
+                f"perf_analyzer on {model} version {version} did not finish within {timeout_s:g} s"
+            ) from None
         if proc.returncode == 0:
             return parse_csv(out_csv), stability
         lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
