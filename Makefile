@@ -127,6 +127,7 @@ bench: setup
 	python bench/bench_dag_parse.py
 	python bench/bench_serving.py
 	python bench/bench_gateway.py
+	python bench/bench_feature_read.py
 	python bench/bench_rollout.py
 	python bench/bench_decisions.py
 
