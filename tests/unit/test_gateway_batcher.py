@@ -165,6 +165,32 @@ def test_a_cancelled_request_is_dropped_and_the_rest_answered():
     assert calls == [(1, 1, "stable"), (1, 1, "stable")]
 
 
+def test_requests_parsed_together_on_an_idle_queue_share_one_call():
+    async def scenario():
+        triton = FakeTriton(delay_s=0.01)
+        return await _gather(_batcher(triton), range(1, 6)), triton.calls
+
+    answers, calls = asyncio.run(scenario())
+    assert [a.eta for a in answers] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert calls == [(1, 5, "stable")]
+
+
+def test_a_request_cancelled_before_its_call_is_sent_leaves_the_others_their_call():
+    async def scenario():
+        triton = FakeTriton()
+        batcher = _batcher(triton)
+        leader = asyncio.ensure_future(batcher.predict(1, _row(1.0), 5.0))
+        await asyncio.sleep(0)  # its row is queued and the send is scheduled for the end of this iteration
+        riders = [asyncio.ensure_future(batcher.predict(1, _row(v), 5.0)) for v in (2.0, 3.0)]
+        leader.cancel()
+        answers = await asyncio.gather(*riders)
+        return leader.cancelled(), answers, triton.calls
+
+    cancelled, answers, calls = asyncio.run(scenario())
+    assert cancelled and [a.eta for a in answers] == [2.0, 3.0]
+    assert calls == [(1, 2, "stable")]
+
+
 def test_observer_sees_each_batch_size():
     seen: list[tuple[int, str, int]] = []
 
