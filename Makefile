@@ -129,7 +129,7 @@ bench: setup
 	python bench/bench_gateway.py
 	python bench/bench_feature_read.py
 	python bench/bench_rollout.py
-	python bench/bench_decisions.py
+	python bench/bench_verdict_sim.py --rollouts 20 --scenario aa
 
 # Rendered through the Airflow operators, so it runs from plugins/ (on the path as Airflow puts its plugins folder).
 OUT ?= build/pods

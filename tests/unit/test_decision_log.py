@@ -83,6 +83,6 @@ def test_source_summarises_per_cohort_and_version_and_across_cohorts(tmp_path):
     log.flush()
     windows = DecisionLogSource(tmp_path).windows(datetime.now(UTC) - timedelta(minutes=1), datetime.now(UTC))
     tail = windows[("long_tail", 2)]
-    assert (tail.requests, tail.errors, tail.low_confidence, len(tail.predictions)) == (11, 1, 4, 10)
+    assert (tail.requests, tail.total("failed"), tail.total("low_confidence"), tail.total("answers")) == (11, 1, 4, 10)
     assert windows[("*", 2)].requests == 11 and windows[("*", 1)].requests == 1
     assert summarize([]).requests == 0

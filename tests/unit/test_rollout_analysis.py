@@ -9,12 +9,13 @@ import pytest
 
 from mlrelease.errors import StepError
 from mlrelease.rollout.analysis import analyze_stage, open_cohorts
-from mlrelease.rollout.guardrails import CohortWindow, Verdict
+from mlrelease.rollout.guardrails import Verdict
 from mlrelease.rollout.machine import ActionKind, Phase, RolloutState, next_action
 from mlrelease.rollout.outage import CallTimeline, find_outages
 from mlrelease.rollout.plan import ShadowSpec, load_plan
 from mlrelease.rollout.store import RolloutBusy, RolloutRecord, RolloutStore
 from mlrelease.steps.shadow import breaches, cohort_shifts, compare
+from tests.unit.arms import arm_window
 
 PLAN = load_plan()
 COHORTS = ("high_value", "long_tail", "core")
@@ -23,16 +24,7 @@ RNG = np.random.default_rng(5)
 
 
 def _window(n: int, *, low: int = 0, nan: int = 0, errors: int = 0, latency: float = 0.002, shift: float = 0.0):
-    answered = n - nan - errors
-    return CohortWindow(
-        requests=n,
-        errors=errors,
-        nan=nan,
-        low_confidence=low,
-        latencies_s=tuple(RNG.lognormal(np.log(latency), 0.3, n)),
-        predictions=tuple(RNG.lognormal(np.log(20 + shift), 0.3, answered)),
-        confidences=tuple([0.3] * low + [0.9] * (answered - low)),
-    )
+    return arm_window(n, low=low, nan=nan, errors=errors, latency=latency, eta=20 + shift, rng=RNG)
 
 
 class FakeSource:
@@ -47,17 +39,21 @@ class FakeSource:
         self.current, self.silent, self.stable_failed = current, silent, stable_failed
         self.asked: list[tuple[datetime, datetime]] = []
 
-    def windows(self, since: datetime, until: datetime) -> dict:
+    def windows(self, since: datetime, until: datetime, exclude=()) -> dict:
         self.asked.append((since, until))
+        self.excluded = list(exclude)
         return self.current if since >= T0 else {}
 
-    def timeline(self, since: datetime, until: datetime) -> CallTimeline:
+    def timeline(self, since: datetime, until: datetime, stable: int) -> CallTimeline:
         self.asked.append((since, until))
         offsets = np.arange(0.0, (until - since).total_seconds(), 0.1)
         if self.silent is not None:
             offsets = offsets[(offsets < self.silent[0]) | (offsets >= self.silent[1])]
         start = since.timestamp()
-        return CallTimeline(tuple(start + offsets), tuple(start + t for t in self.stable_failed))
+        # half the calls are stable-assigned first calls
+        stable_calls = start + offsets[::2]
+        failed = [start + t for t in self.stable_failed]
+        return CallTimeline.from_times(since, until, start + offsets, stable_calls, failed)
 
     def features(self, cohort: str, since: datetime, until: datetime) -> np.ndarray:
         return np.zeros((0, 14))
@@ -226,21 +222,36 @@ def test_shadow_gate_arithmetic():
 
 def test_answer_contracts_count_each_distinct_request_once():
     # 30 distinct requests, each seen 50 times: 30 observations, not 1,500
-    keys = tuple(k for k in range(30) for _ in range(50))
-    repeated = CohortWindow(
-        requests=1500,
-        errors=0,
-        nan=0,
-        low_confidence=0,
-        latencies_s=(0.002,) * 1500,
-        predictions=tuple(20.0 + k for k in keys),
-        confidences=(0.9,) * 1500,
-        keys=keys,
+    keys = np.repeat(np.arange(30), 50)
+    repeated = arm_window(1500, rng=RNG, keys=keys, users=30)
+    assert repeated.requests == 1500 and repeated.total("answers") == 30
+    assert repeated.users == 30
+
+
+def test_a_candidate_failure_retried_on_stable_is_one_failed_candidate_request():
+    from mlrelease.rollout.windows import ERROR, OK, summarize_calls
+
+    # user 7's request failed on the candidate and was answered by stable (the retry): one request, one failure
+    window = summarize_calls(
+        unit=np.array([7, 7, 8]),
+        outcome=np.array([ERROR, OK, OK]),
+        latency_s=np.array([0.5, 0.002, 0.002]),
+        retry=np.array([False, True, False]),
+        key=np.array([1, 1, 2]),
+        eta=np.array([np.nan, 20.0, 21.0]),
+        confidence=np.array([np.nan, 0.9, 0.9]),
     )
-    eta, confidence = repeated.distinct_answers()
-    assert len(eta) == len(confidence) == 30 and sorted(eta) == [20.0 + k for k in range(30)]
-    unkeyed = CohortWindow(1, 0, 0, 0, (0.002,), (20.0,), (0.9,))  # an older log without keys: every answer counts
-    assert len(unkeyed.distinct_answers()[0]) == 1
+    assert (window.requests, window.total("failed"), window.total("answers")) == (2, 1, 1)
+
+
+def test_sampled_successes_are_weighted_back_so_rates_stay_unbiased():
+    from mlrelease.rollout.windows import ERROR, OK, summarize_calls
+
+    # 10 % of 9,900 successes were sampled (weight 10), every one of 100 failures kept (weight 1): 1 % failed
+    outcome = np.array([ERROR] * 100 + [OK] * 990)
+    weight = np.array([1.0] * 100 + [10.0] * 990)
+    window = summarize_calls(np.arange(1090), outcome, np.full(1090, 0.002), weight=weight)
+    assert window.total("failed") / window.total("calls") == pytest.approx(0.01)
 
 
 def test_an_undecided_tick_defers_the_operator_until_its_next_check():
@@ -275,7 +286,7 @@ def test_shadow_judges_each_cohorts_eta_shift_on_the_same_orders():
 
 
 def test_confidence_shift_compares_the_confidence_distributions_of_the_two_arms():
-    from mlrelease.rollout.guardrails import CohortWindow, evaluate
+    from mlrelease.rollout.guardrails import evaluate
     from mlrelease.rollout.plan import Guardrail
 
     rng = np.random.default_rng(4)
@@ -283,7 +294,7 @@ def test_confidence_shift_compares_the_confidence_distributions_of_the_two_arms(
     stable_conf = rng.uniform(0.55, 0.95, n)
 
     def window(confidence):
-        return CohortWindow(n, 0, 0, 0, predictions=rng.uniform(5, 30, n), confidences=confidence, keys=range(n))
+        return arm_window(n, rng=rng, confidences=confidence)
 
     shift = Guardrail(metric="confidence_shift", bad="either", tolerance=0.05, min_samples=100)
     same = evaluate(shift, "*", window(rng.uniform(0.55, 0.95, n)), window(stable_conf))
@@ -295,22 +306,39 @@ def test_confidence_shift_compares_the_confidence_distributions_of_the_two_arms(
 HEALTHY = _both("high_value", _window(1500, low=30), _window(1500, low=30))
 
 
+def test_a_past_outage_is_cut_out_of_the_judged_window_and_the_rest_may_pass():
+    during = _analyze(0, HEALTHY, stable_failed=(8.0, 8.5, 9.1))  # 3 of ~25 stable requests in 5..10 s failed
+    (outage,) = during.outages
+    assert outage.kind == "stable_failed" and not outage.ongoing
+    assert ((outage.start - T0).total_seconds(), outage.duration_s) == (5.0, 5.0)  # its max_gap_s slice
+    assert during.verdicts == {"*": Verdict.PASS, "high_value": Verdict.PASS}
+    assert "cut out of the judged window" in during.summary()
+
+
+def test_stable_failures_at_stables_own_rate_are_no_outage():
+    # three stray failures of stable, each in its own max_gap_s slice: none reaches MIN_STABLE_FAILURES
+    assert _analyze(0, HEALTHY, stable_failed=(2.0, 9.6, 10.2)).outages == ()
+
+
 @pytest.mark.parametrize(
     ("fault", "kind"),
-    [({"stable_failed": (8.0, 8.5, 9.1)}, "stable_failed"), ({"silent": (8.0, 17.7)}, "no_calls")],
+    [
+        ({"stable_failed": tuple(25.0 + i / 5 for i in range(20))}, "stable_failed"),
+        ({"silent": (22.0, 31.0)}, "no_calls"),
+    ],
     ids=["stable-errors", "call-gap"],
 )
-def test_a_window_with_an_outage_never_passes_and_pauses_at_the_maximum_exposure(fault, kind):
+def test_an_outage_still_going_on_holds_every_pass_and_pauses_at_the_maximum_exposure(fault, kind):
     assert _analyze(0, HEALTHY).verdicts == {"*": Verdict.PASS, "high_value": Verdict.PASS}  # without the fault
     during = _analyze(0, HEALTHY, **fault)
     assert set(during.verdicts.values()) == {Verdict.CONTINUE}  # what passed waits: no pass, no `accept`
     assert not [r for r in during.results if r.verdict is Verdict.PASS]
     (outage,) = during.outages
-    assert outage.kind == kind and (outage.start - T0).total_seconds() == pytest.approx(8, abs=0.11)
+    assert outage.kind == kind and outage.ongoing
     recorded = during.as_dict()["outages"][0]
     assert recorded["kind"] == kind and recorded["duration_s"] == pytest.approx(outage.duration_s)
-    assert "the window contains an outage" in during.summary() and "no pass" in during.summary()
-    assert all("outage" in r.reason for r in during.results)
+    assert "still going on" in during.summary() and "no pass" in during.summary()
+    assert all("serving is down" in r.reason for r in during.results)
     # at the maximum exposure: inconclusive, whatever on_inconclusive says (accept would be a pass) → pause
     final = _analyze(0, HEALTHY, final=True, **fault)
     assert set(final.verdicts.values()) == {Verdict.INCONCLUSIVE}
@@ -326,26 +354,40 @@ def test_an_outage_does_not_turn_on_inconclusive_rollback_into_a_fail_but_a_real
     )
     thin = _both("high_value", _window(40), _window(40))
     assert Verdict.FAIL in _analyze(0, thin, final=True, stage=strict).verdicts.values()  # the plan's choice …
-    paused = _analyze(0, thin, final=True, stage=strict, stable_failed=(3.0, 3.2, 3.4))
-    assert set(paused.verdicts.values()) == {Verdict.INCONCLUSIVE}  # … is not made on a window with an outage
+    paused = _analyze(0, thin, final=True, stage=strict, silent=(20.0, 31.0))
+    assert set(paused.verdicts.values()) == {Verdict.INCONCLUSIVE}  # … is not made while serving is down
     broken = _both("high_value", _window(1500, errors=300), _window(1500))
-    failed = _analyze(0, broken, silent=(8.0, 17.0))
+    failed = _analyze(0, broken, silent=(20.0, 31.0))
     assert failed.verdicts["high_value"] is Verdict.FAIL and failed.outages
     opened, early = RolloutState(2, 1, stage_opened_at=T0), T0 + timedelta(seconds=30)
     assert next_action(opened, PLAN, "demo", early, failed.verdicts).kind is ActionKind.ROLLBACK_ALL
 
 
-def test_outages_are_silences_longer_than_the_gap_and_bursts_of_stable_failures():
+def test_outages_are_silences_longer_than_the_gap_and_slices_where_stable_failed_far_above_its_rate():
+    since, until = T0, T0 + timedelta(seconds=60)
     start = T0.timestamp()
-    calls = [start + t for t in (0.5, 1.0, 3.0, 9.5, 10.0)]  # silent 3.0 → 9.5, then until the end (20)
-    # two bursts: 4.0–4.8 (three failures: an outage) and 15.0 (one stray failure: not an outage)
-    failures = [start + t for t in (4.0, 4.5, 4.8, 15.0)]
-    found = find_outages(CallTimeline(calls, failures), T0, T0 + timedelta(seconds=20), 5.0)
-    assert [(o.kind, (o.start - T0).total_seconds(), round(o.duration_s, 3)) for o in found] == [
-        ("no_calls", 3.0, 6.5),
-        ("stable_failed", 4.0, 0.8),
-        ("no_calls", 10.0, 10.0),
+    calls = [start + t for t in np.arange(0.0, 60.0, 0.1) if not 20.0 <= t < 27.0 and t < 54.0]
+    stable = [start + t for t in np.arange(0.0, 60.0, 0.2) if not 20.0 <= t < 27.0 and t < 54.0]
+    # slice 10..15 s: 4 of 25 stable requests failed (an outage); slice 30..35: 1 failure (stable's own rate)
+    failures = [start + t for t in (10.0, 11.0, 12.0, 13.0, 31.0)]
+    found = find_outages(CallTimeline.from_times(since, until, calls, stable, failures), 5.0)
+    assert [(o.kind, (o.start - T0).total_seconds(), o.duration_s, o.ongoing) for o in found] == [
+        ("stable_failed", 10.0, 5.0, False),
+        ("no_calls", 20.0, 7.0, False),
+        ("no_calls", 54.0, 6.0, True),
     ]
-    assert found[1].detail == "stable failed 3 calls" and "still silent" in found[2].detail
-    steady = [start + t / 10 for t in range(200)]
-    assert find_outages(CallTimeline(steady), T0, T0 + timedelta(seconds=20), 5.0) == ()
+    assert found[0].detail == "stable failed 4 of 25 requests"
+    steady = CallTimeline.from_times(since, until, [start + t / 10 for t in range(600)], [], [])
+    assert find_outages(steady, 5.0) == ()
+
+
+def test_the_outage_bar_is_relative_to_stables_own_rate():
+    since, until = T0, T0 + timedelta(seconds=3600)
+    start = T0.timestamp()
+    stable = start + np.arange(0.0, 3600.0, 0.01)  # 100 stable requests a second
+    # 1 in 100 stable calls fail all hour long (a flaky stable), plus a slice of 20 failures: within 20× its rate
+    flaky = list(stable[::100]) + [start + 100 + i / 10 for i in range(20)]
+    assert find_outages(CallTimeline.from_times(since, until, stable, stable, flaky), 30.0) == ()
+    # the same 20 failures in a slice of 300 requests of a stable that otherwise never fails: an outage
+    (outage,) = find_outages(CallTimeline.from_times(since, until, stable[::10], stable[::10], flaky[-20:]), 30.0)
+    assert outage.kind == "stable_failed"

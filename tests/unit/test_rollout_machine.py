@@ -10,7 +10,6 @@ import pytest
 
 from mlrelease.errors import GateFailed, StepError
 from mlrelease.rollout.consistency import ServingView, disagreements
-from mlrelease.rollout.guardrails import CohortWindow
 from mlrelease.rollout.machine import (
     Action,
     ActionKind,
@@ -27,6 +26,7 @@ from mlrelease.rollout.store import RolloutBusy, RolloutStore
 from mlrelease.rollout.traffic_router import Routing
 from mlrelease.steps import rollout as steps
 from mlrelease.verdicts.decide import Verdict
+from tests.unit.arms import arm_window
 from tests.unit.records import rollout_record
 
 PLAN = load_plan()
@@ -181,16 +181,14 @@ class FailingSource:
 
     location = "fake"
 
-    def windows(self, since, until):
+    def windows(self, since, until, exclude=()):
         def arm(errors):
-            return CohortWindow(
-                2000, errors, 0, 0, (0.002,) * 2000, (20.0,) * (2000 - errors), (0.9,) * (2000 - errors)
-            )
+            return arm_window(2000, errors=errors, rng=np.random.default_rng(0))
 
         return {("high_value", 2): arm(400), ("high_value", 1): arm(0), ("*", 2): arm(400), ("*", 1): arm(0)}
 
-    def timeline(self, since, until):
-        return CallTimeline(calls=tuple(np.arange(since.timestamp(), until.timestamp(), 0.5)))
+    def timeline(self, since, until, stable):
+        return CallTimeline.from_times(since, until, np.arange(since.timestamp(), until.timestamp(), 0.5))
 
     def features(self, cohort, since, until):
         return np.zeros((0, 14))

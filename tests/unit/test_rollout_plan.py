@@ -8,9 +8,10 @@ import yaml
 
 from mlrelease.errors import StepError
 from mlrelease.gateway.config import load_config
-from mlrelease.rollout.guardrails import SEVERITY, CohortWindow, Verdict, evaluate, resolve_inconclusive, worst
+from mlrelease.rollout.guardrails import SEVERITY, Verdict, evaluate, resolve_inconclusive, worst
 from mlrelease.rollout.plan import DEFAULT_PLAN, Guardrail, load_plan
 from mlrelease.yamlconfig import safe_load
+from tests.unit.arms import arm_window
 
 
 def test_the_default_plan_follows_the_reference_practice():
@@ -94,17 +95,8 @@ def test_verdict_precedence_is_data():
 RNG = np.random.default_rng(11)
 
 
-def _window(n=2000, errors=0, nan=0, low=0, latency=0.002, eta=20.0):
-    answered = n - errors - nan
-    return CohortWindow(
-        n,
-        errors,
-        nan,
-        low,
-        tuple(RNG.lognormal(np.log(latency), 0.3, n)),
-        tuple(RNG.lognormal(np.log(eta), 0.3, answered)),
-        tuple([0.3] * low + [0.9] * (answered - low)),
-    )
+def _window(n=2000, errors=0, nan=0, low=0, latency=0.002, eta=20.0, users=None):
+    return arm_window(n, errors=errors, nan=nan, low=low, latency=latency, eta=eta, users=users, rng=RNG)
 
 
 def test_the_long_tail_rule_is_a_fixed_level_on_the_candidate():
@@ -139,7 +131,8 @@ def test_latency_and_prediction_shift_are_relative_and_two_sided_where_declared(
     slow = evaluate(latency, "core", _window(latency=0.003), _window(latency=0.002))
     fast = evaluate(latency, "core", _window(latency=0.0015), _window(latency=0.002))
     same = evaluate(latency, "core", _window(), _window())
-    assert slow.verdict is Verdict.FAIL and "shift +50" in slow.reason
+    assert slow.verdict is Verdict.FAIL and "latency: shift +" in slow.reason
+    assert slow.band["estimate"] == pytest.approx(np.log(1.5), abs=0.03)
     assert fast.verdict is Verdict.PASS and same.verdict is Verdict.PASS
     shift = Guardrail(metric="prediction_shift", bad="either", tolerance=0.10)
     assert evaluate(shift, "core", _window(eta=30), _window()).verdict is Verdict.FAIL

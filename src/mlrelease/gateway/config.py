@@ -74,9 +74,17 @@ class CohortConfig(StrictModel):
 class GuardConfig(StrictModel):
     """The fast guard: what counts as a hard failure and when a version's breaker opens."""
 
-    failures_to_trip: int = Field(3, ge=1)
-    window_s: float = Field(10.0, gt=0)
+    failures_to_trip: int = Field(3, ge=1, description="stable's breaker: failures within window_s that rest it")
+    window_s: float = Field(10.0, gt=0, description="stable's breaker window, and the candidate guard's share window")
     stable_open_s: float = Field(5.0, gt=0, description="how long a failed stable version rests before a retry")
+    # The candidate's guard is relative to stable (gateway/split_guard.py): it trips on evidence that the candidate's
+    # hard failures outnumber its share of the traffic, never on a count that stable's own failures would reach too.
+    failure_ratio: float = Field(
+        20.0, gt=1, description="the candidate / stable failure-rate ratio the candidate's guard is tuned to detect"
+    )
+    false_trip_rate: float = Field(
+        1e-4, gt=0, le=0.01, description="chance that one replica's guard ever trips a candidate as good as stable"
+    )
     candidate_timeout_ms: float = Field(500.0, gt=0)
     stable_timeout_ms: float = Field(2000.0, gt=0)
     min_eta_hours: float = 0.0

@@ -5,10 +5,13 @@ themselves (a KS test on predictions) and the inputs (which features shifted on 
 replica appends what it decided to its own hourly file under one directory, buffered in memory and
 flushed by a background task, so the predict path never waits for the disk. Readers merge the files.
 
-A record: `t` (unix seconds), `cohort`, `version`, `role` (stable | candidate), `outcome` (ok or the
-failure kind: error, timeout, nan, out_of_range), `latency_s` of the Triton call, `key` (a CRC-32 of the
-encoded row: requests with the same inputs share it), `eta`, `confidence` (ok only) and, when enabled,
-`features` (the encoded row).
+A record: `t` (unix seconds), `cohort`, `version` (the version that answered), `role` (its role: stable |
+candidate), `assigned` (the version the request's user is assigned to: the arm every contract judges it in),
+`unit` (a hash of the user: the unit of analysis), `retry` (true on stable's call that answers a candidate-assigned
+request whose candidate call failed), `w` (the record's weight: 1 / sample rate for a sampled success, 1 for a
+failure, which is always recorded), `outcome` (ok or the failure kind: error, timeout, nan, out_of_range),
+`latency_s` of the Triton call, `key` (a CRC-32 of the encoded row: requests with the same inputs share it),
+`eta`, `confidence` (ok only) and, when enabled, `features` (the encoded row).
 """
 
 from __future__ import annotations
@@ -64,22 +67,34 @@ class DecisionLog:
         role: str,
         outcome: str,
         latency_s: float,
+        assigned: int | None = None,
+        unit: int | None = None,
+        retry: bool = False,
         eta: float | None = None,
         confidence: float | None = None,
         features: list[float] | None = None,
         key: int | None = None,
     ) -> None:
-        """Buffer one model call (sampled unless it failed)."""
-        if outcome == "ok" and self.sample_rate < 1.0 and random.random() >= self.sample_rate:
-            return
+        """Buffer one model call (sampled unless it failed; a sampled success carries the weight 1 / sample rate)."""
+        weight = 1.0
+        if outcome == "ok" and self.sample_rate < 1.0:
+            if random.random() >= self.sample_rate:
+                return
+            weight = 1.0 / self.sample_rate
         entry: dict[str, Any] = {
             "t": round(time.time(), 4),
             "cohort": cohort,
             "version": version,
             "role": role,
+            "assigned": version if assigned is None else assigned,
             "outcome": outcome,
             "latency_s": round(latency_s, 6),
+            "w": weight,
         }
+        if unit is not None:
+            entry["unit"] = unit
+        if retry:
+            entry["retry"] = True
         if key is not None:
             entry["key"] = key
         if outcome == "ok":

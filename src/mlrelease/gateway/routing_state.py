@@ -80,11 +80,20 @@ class RoutingState(BaseModel):
         return self.model_copy(update={"guard_trips": (*self.guard_trips, trip)})
 
 
+def assigned_version(state: RoutingState, cohort: str, bucket: int) -> int:
+    """The version a request of `cohort` whose canary bucket is `bucket` is assigned to: the arm the rollout judges it
+    in, whoever ends up answering it (a guard trip or a retry on stable does not move it to stable's arm)."""
+    candidate = state.candidate_version
+    if candidate is not None and bucket < round(state.percent_for(cohort) * BUCKETS / 100):  # 7 % is exactly 700
+        return candidate
+    return state.stable_version
+
+
 def choose(state: RoutingState, cohort: str, bucket: int, locally_tripped: frozenset[int]) -> tuple[int, Role]:
     """The version that serves a request of `cohort` whose canary bucket is `bucket`, and its role."""
     candidate = state.candidate_version
     if candidate is None or candidate in locally_tripped or state.is_tripped(candidate):
         return state.stable_version, "stable"
-    if bucket < round(state.percent_for(cohort) * BUCKETS / 100):  # integer buckets: 7 % is exactly 700
+    if assigned_version(state, cohort, bucket) == candidate:
         return candidate, "candidate"
     return state.stable_version, "stable"

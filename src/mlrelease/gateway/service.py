@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -20,6 +21,8 @@ from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import ModelAnswer, ModelFailure, TritonModelClient
 from mlrelease.gateway.online_features import BatchingLookup, FeatureStoreUnavailable
 from mlrelease.gateway.router import Router
+from mlrelease.gateway.routing_state import assigned_version
+from mlrelease.gateway.split_guard import SplitGuard
 from mlrelease.model.features import encode_row
 
 
@@ -59,6 +62,7 @@ class PredictService:
         # Rows go through the micro-batcher when there is one; either way one row in, one answer or failure out.
         self._infer = batcher.predict if batcher is not None else model.predict
         self._breakers: dict[int, CircuitBreaker] = {}
+        self._guards: dict[int, SplitGuard] = {}
         self._version_series: dict[int, tuple[Any, Any]] = {}
 
     def breaker(self, version: int) -> CircuitBreaker:
@@ -67,6 +71,15 @@ class PredictService:
             guard = self.config.guard
             self._breakers[version] = CircuitBreaker(guard.failures_to_trip, guard.window_s, guard.stable_open_s)
         return self._breakers[version]
+
+    def guard(self, candidate: int) -> SplitGuard:
+        """The candidate version's relative fast guard on this replica (created on first use)."""
+        if candidate not in self._guards:
+            guard = self.config.guard
+            self._guards[candidate] = SplitGuard(
+                ratio=guard.failure_ratio, alpha=guard.false_trip_rate, window_s=guard.window_s
+            )
+        return self._guards[candidate]
 
     async def features_for(self, request: PredictRequest) -> dict[str, Any]:
         """Supplied features, or the online store's (raises the lookup errors)."""
@@ -98,21 +111,24 @@ class PredictService:
         }
         cohort = assign_cohort(self.config.cohorts, attributes)
         state = self.router.state
-        route = self.router.route(cohort, bucket(attributes[self.config.cohorts.bucket_key]))
+        user = attributes[self.config.cohorts.bucket_key]
+        canary_bucket = bucket(user)
+        route = self.router.route(cohort, canary_bucket)
         if state is None or route is None:
             raise RoutingStateMissing(self.router.last_error or "no routing state has been read yet")
         version, role = route
+        # The arm the request is judged in is its user's assignment, whoever answers it (see rollout/windows.py).
+        call = _Call(cohort, assigned_version(state, cohort, canary_bucket), zlib.crc32(str(user).encode()))
         row = encode_row(features)
         answer: ModelAnswer | None = None
         source: Literal["model", "fallback_rule"]
         if role == "candidate":
-            if self.breaker(version).state is not BreakerState.CLOSED:
-                self.breaker(version).reset()  # routed here again: the rollout cleared an earlier trip
-            answer = await self._call(version, row, cohort, self.config.guard.candidate_timeout_ms, candidate=True)
+            answer = await self._call(version, row, call, self.config.guard.candidate_timeout_ms, candidate=True)
             if answer is None:  # the client never sees a candidate failure: answer from stable instead
                 version = state.stable_version
+                call = call.retried()
         if answer is None and self.breaker(version).allow():
-            answer = await self._call(version, row, cohort, self.config.guard.stable_timeout_ms, candidate=False)
+            answer = await self._call(version, row, call, self.config.guard.stable_timeout_ms, candidate=False)
         if answer is None:
             eta, served, source = rule_eta(self.config.fallback, features), None, "fallback_rule"
             confidence = self.config.fallback.confidence
@@ -134,9 +150,9 @@ class PredictService:
         }
 
     async def _call(
-        self, version: int, row: Any, cohort: str, timeout_ms: float, *, candidate: bool
+        self, version: int, row: Any, call: _Call, timeout_ms: float, *, candidate: bool
     ) -> ModelAnswer | None:
-        """One guarded model call: None on a hard failure (recorded, and a trip when the breaker opens)."""
+        """One guarded model call: None on a hard failure (recorded; the candidate's guard or stable's breaker told)."""
         breaker = self.breaker(version)
         latency, breaker_gauge = self._series(version)
         role = "candidate" if candidate else "stable"
@@ -144,19 +160,36 @@ class PredictService:
         try:
             answer = await self._infer(version, row, timeout_ms / 1000, role)
         except ModelFailure as failure:
-            self._decided(cohort, version, role, failure.kind, time.perf_counter() - started, row)
+            self._decided(call, version, role, failure.kind, time.perf_counter() - started, row)
             self.metrics.model_failures.labels(str(version), failure.kind).inc()
-            if breaker.record_failure() and candidate:
-                self.router.trip(version, str(failure))
-            breaker_gauge.set(breaker.state)
+            self._guarded(call, version, candidate, failed=True, reason=str(failure))
+            if not candidate:  # stable's breaker rests a failing stable (the rule answers meanwhile)
+                breaker.record_failure()
+                breaker_gauge.set(breaker.state)
             return None
         elapsed = time.perf_counter() - started
-        self._decided(cohort, version, role, "ok", elapsed, row, answer)
+        self._decided(call, version, role, "ok", elapsed, row, answer)
         latency.observe(elapsed)  # what the request waited for its answer: batching wait included
+        self._guarded(call, version, candidate, failed=False)
         if breaker.state is not BreakerState.CLOSED:
             breaker.record_success()
             breaker_gauge.set(breaker.state)
         return answer
+
+    def _guarded(self, call: _Call, version: int, candidate: bool, *, failed: bool, reason: str = "") -> None:
+        """Tell the candidate's relative guard about a request's first model call, by arm; trip on its evidence.
+
+        Only first calls count (a retry answers a request already counted), and only while a candidate is routed.
+        """
+        state = self.router.state
+        if call.retry or state is None or state.candidate_version is None:
+            return
+        if candidate and self.guard(state.candidate_version).tripped:  # routed here again: the trip was cleared
+            del self._guards[state.candidate_version]
+        guard = self.guard(state.candidate_version)
+        arm = "candidate" if candidate else "stable"
+        if guard.observe(arm, failed):
+            self.router.trip(state.candidate_version, f"{guard.describe()}; last: {reason}")
 
     def _series(self, version: int) -> tuple[Any, Any]:
         """The version's latency histogram and breaker gauge children (labels() per call costs a lock and a tuple)."""
@@ -171,20 +204,37 @@ class PredictService:
         return series
 
     def _decided(
-        self, cohort: str, version: int, role: str, outcome: str, latency_s: float, row: Any, answer: Any = None
+        self, call: _Call, version: int, role: str, outcome: str, latency_s: float, row: Any, answer: Any = None
     ) -> None:
         if self.decisions is None:
             return
         encoded = np.ascontiguousarray(row[0], dtype=np.float32)
         self.decisions.record(
-            cohort=cohort,
+            cohort=call.cohort,
             version=version,
             role=role,
             outcome=outcome,
             latency_s=latency_s,
+            assigned=call.assigned,
+            unit=call.unit,
+            retry=call.retry,
             eta=answer.eta if answer else None,
             confidence=answer.confidence if answer else None,
             # one numpy pass instead of 14 Python round() calls; float64 first so 5 decimals print as before
             features=encoded.astype(np.float64).round(5).tolist() if self.decisions.with_features else None,
             key=zlib.crc32(encoded.tobytes()),  # the request's identity for the guardrails (same inputs, same key)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """What the decision log and the guard need to know about a request besides its answer."""
+
+    cohort: str
+    assigned: int  # the version the user is assigned to (the arm it is judged in)
+    unit: int  # a hash of the user: the unit of analysis
+    retry: bool = False  # this call answers, on stable, a candidate-assigned request whose candidate call failed
+
+    def retried(self) -> _Call:
+        """The same request, now being retried on stable."""
+        return _Call(self.cohort, self.assigned, self.unit, retry=True)

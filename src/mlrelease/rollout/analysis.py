@@ -1,11 +1,13 @@
-"""One stage's analysis: every contract on every judged cohort, the candidate against its concurrent control.
+"""One stage's analysis: every contract on every judged cohort, the candidate's arm against its concurrent control.
 
-The control is stable's traffic *of the same cohort in the same window*: every judged cohort keeps a sticky
-slice on stable while the stage runs (the plan refuses a stage without one), so no verdict compares the
-candidate with traffic from another hour or another load. A judged cohort `*` pools every cohort that is
-not rolled back. The gateway's fast guard (hard failures within seconds) turns into a fail on the cohorts
-whose calls failed. A window that contains an outage of serving itself (`mlrelease.rollout.outage`) never
-passes: a fail still acts, everything else waits, and at the maximum exposure the stage pauses for a human.
+The arms are assignments: the candidate's arm is every request whose user the routing assigned to the candidate,
+whoever answered it (a candidate failure retried on stable is a candidate failure); the control is the requests of
+the same cohort in the same window whose users are assigned to stable (every judged cohort keeps a sticky slice on
+stable while the stage runs; the plan refuses a stage without one). A judged cohort `*` pools every cohort that is
+not rolled back. The gateway's fast guard (a relative test: failures falling on the candidate beyond its traffic
+share) turns into a fail on the cohorts whose requests failed. An outage of serving itself
+(`mlrelease.rollout.outage`) is cut out of the judged window; only one still going on holds a pass back, and at the
+maximum exposure such a stage pauses for a human.
 """
 
 from __future__ import annotations
@@ -54,10 +56,11 @@ class StageAnalysis:
         return f"{verdicts}; {self.outage_note()}" if self.outages else verdicts
 
     def outage_note(self) -> str:
-        """Why this window cannot pass ('' without an outage)."""
+        """The outages of the window: cut out, or (still going on) why it cannot pass ('' without one)."""
         if not self.outages:
             return ""
-        return f"the window contains an outage ({'; '.join(o.describe() for o in self.outages)}): no pass"
+        held = " no pass while it lasts" if any(o.ongoing for o in self.outages) else ""
+        return f"outage: {'; '.join(o.describe() for o in self.outages)}{held}"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form for the rollout record and the step's result."""
@@ -95,16 +98,17 @@ def open_cohorts(stage: Stage, cohorts: tuple[str, ...], excluded: tuple[str, ..
     return tuple(c for c in cohorts if stage.candidate_percent.get(c, default) > 0 and c not in excluded)
 
 
-def _window(
-    current: dict[tuple[str, int], CohortWindow], cohort: str, version: int, pool: tuple[str, ...]
-) -> CohortWindow:
-    """One version's window of a cohort, or of every cohort in `pool` merged for `*`."""
-    if cohort != ALL:
-        return current.get((cohort, version), EMPTY)
-    merged = EMPTY
-    for name in pool:
-        merged = merged.merged(current.get((name, version), EMPTY))
-    return merged
+def _windows(
+    current: dict[tuple[str, int], CohortWindow], versions: tuple[int, int], pool: tuple[str, ...]
+) -> dict[tuple[str, int], CohortWindow]:
+    """Each version's window per cohort, and `*`: every cohort in `pool` merged (once per look, not per contract)."""
+    windows = dict(current)
+    for version in versions:
+        merged = EMPTY
+        for name in pool:
+            merged = merged.merged(current.get((name, version), EMPTY))
+        windows[(ALL, version)] = merged
+    return windows
 
 
 def analyze_stage(
@@ -130,25 +134,27 @@ def analyze_stage(
     :param final: the stage is at its maximum exposure (every open question resolves as the plan says).
     :param max_gap_s: a silence without model calls longer than this is an outage (the plan's `max_gap_s`).
     """
-    current = source.windows(opened_at, now)
-    outages = find_outages(source.timeline(opened_at, now), opened_at, now, max_gap_s)
-    why = f"the window contains an outage ({outages[0].describe()})" if outages else ""
+    outages = find_outages(source.timeline(opened_at, now, stable), max_gap_s)
+    current = source.windows(opened_at, now, exclude=[(o.start, o.end) for o in outages if o.kind == "stable_failed"])
+    ongoing = [o for o in outages if o.ongoing]
+    why = f"serving is down ({ongoing[0].describe()})" if ongoing else ""
     pool = open_cohorts(stage, cohorts, excluded)
+    arms = _windows(current, (candidate, stable), pool)
     results: list[GuardrailResult] = []
     samples: dict[str, dict[str, int]] = {}
     for guardrail in stage.guardrails:
         for cohort in guardrail.cohorts or stage.judged:
             if cohort in excluded or (cohort != ALL and cohort not in pool):
                 continue
-            mine, control = _window(current, cohort, candidate, pool), _window(current, cohort, stable, pool)
+            mine, control = arms.get((cohort, candidate), EMPTY), arms.get((cohort, stable), EMPTY)
             samples[cohort] = {"candidate": mine.requests, "stable": control.requests}
             result = evaluate(guardrail, cohort, mine, control)
-            if not outages:  # with an outage an open question is never resolved by `on_inconclusive`: it pauses
+            if not ongoing:  # while serving is down an open question is never resolved by `on_inconclusive`
                 result = resolve_inconclusive(result, guardrail, exposed_enough=exposed_enough, final=final)
             results.append(result)
     if tripped is not None:
         results.extend(_fast_guard(pool, current, candidate, tripped))
-    if outages:  # nothing but evidence of harm (a fail) stands in a window that contains an outage
+    if ongoing:  # nothing but evidence of harm (a fail) stands while serving is down
         results = [withhold_pass(r, why, final=final) for r in results]
     judged = sorted({r.cohort for r in results})
     verdicts = {c: worst(r.verdict for r in results if r.cohort == c) for c in judged}
@@ -159,7 +165,7 @@ def _fast_guard(
     cohorts: tuple[str, ...], current: dict[tuple[str, int], CohortWindow], candidate: int, tripped: str
 ) -> list[GuardrailResult]:
     """The gateway's trip as a verdict: the cohorts whose calls failed, or every open cohort if none did here."""
-    failed = {c: current.get((c, candidate), EMPTY).errors + current.get((c, candidate), EMPTY).nan for c in cohorts}
+    failed = {c: _hard_failures(current.get((c, candidate), EMPTY)) for c in cohorts}
     blame_all = not any(failed.values())
     results = []
     for cohort, count in failed.items():
@@ -172,3 +178,7 @@ def _fast_guard(
             GuardrailResult(cohort, "fast_guard", verdict, float(count), None, 0.0, f"{cohort} fast_guard: {reason}")
         )
     return results
+
+
+def _hard_failures(window: CohortWindow) -> int:
+    return int(round(window.total("failed") + window.total("nan")))

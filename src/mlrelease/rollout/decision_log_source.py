@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -10,30 +11,35 @@ from typing import Any
 import numpy as np
 
 from mlrelease.gateway.decision_log import DecisionReader
-from mlrelease.model.estimator import LOW_CONFIDENCE
 from mlrelease.model.features import FEATURES
-from mlrelease.rollout.guardrails import CohortWindow
 from mlrelease.rollout.outage import CallTimeline
+from mlrelease.rollout.windows import OUTCOME_CODES, SERVING_FAILURES, CohortWindow, summarize_calls
 
-HARD_ERRORS = ("error", "timeout", "out_of_range")
-SERVING_FAILURES = ("error", "timeout")  # the call itself failed (not the answer): serving, not the model
 ALL_COHORTS = "*"
 
 
 def summarize(records: list[dict[str, Any]]) -> CohortWindow:
-    """One CohortWindow from the decision records of one cohort × version."""
-    outcomes = [r["outcome"] for r in records]
-    answered = [r for r in records if r["outcome"] == "ok"]
-    return CohortWindow(
-        requests=len(records),
-        errors=sum(o in HARD_ERRORS for o in outcomes),
-        nan=outcomes.count("nan"),
-        low_confidence=sum(r["confidence"] < LOW_CONFIDENCE for r in answered),
-        latencies_s=tuple(r["latency_s"] for r in records),
-        predictions=tuple(r["eta"] for r in answered),
-        confidences=tuple(r["confidence"] for r in answered),
-        keys=tuple(r["key"] for r in answered) if all("key" in r for r in answered) else (),
+    """Per-user sums of one arm's decision records (oldest first); see `mlrelease.rollout.windows`.
+
+    Records written before the log carried `assigned`, `unit` and `w` count as their own arm, one user per record
+    and weight 1: what the analysis assumed then.
+    """
+    return summarize_calls(
+        unit=np.array([r.get("unit", i) for i, r in enumerate(records)], dtype=np.int64),
+        outcome=np.array([OUTCOME_CODES[r["outcome"]] for r in records], dtype=np.int64),
+        latency_s=np.array([r["latency_s"] for r in records], dtype=np.float64),
+        weight=np.array([r.get("w", 1.0) for r in records], dtype=np.float64),
+        retry=np.array([r.get("retry", False) for r in records], dtype=bool),
+        key=np.array([r.get("key", -1 - i) for i, r in enumerate(records)], dtype=np.int64),
+        eta=np.array([r.get("eta") if r["outcome"] == "ok" else np.nan for r in records], dtype=np.float64),
+        confidence=np.array(
+            [r.get("confidence") if r["outcome"] == "ok" else np.nan for r in records], dtype=np.float64
+        ),
     )
+
+
+def _assigned(record: dict[str, Any]) -> int:
+    return int(record.get("assigned", record["version"]))
 
 
 class DecisionLogSource:
@@ -46,22 +52,31 @@ class DecisionLogSource:
         self.location = str(directory)
         self._reader = DecisionReader(directory)
 
-    def windows(self, since: datetime, until: datetime) -> dict[tuple[str, int], CohortWindow]:
-        """Each (cohort, version) with model calls in [since, until), summarised; cohort "*" is every cohort."""
+    def windows(
+        self, since: datetime, until: datetime, exclude: Sequence[tuple[datetime, datetime]] = ()
+    ) -> dict[tuple[str, int], CohortWindow]:
+        """Per (cohort, assigned version), the requests of [since, until) outside `exclude`, summed per user."""
+        cut = [(a.timestamp(), b.timestamp()) for a, b in exclude]
         groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         for record in self._reader.read(since, until):
-            groups[(record["cohort"], int(record["version"]))].append(record)
-            groups[(ALL_COHORTS, int(record["version"]))].append(record)
+            if any(a <= record["t"] < b for a, b in cut):
+                continue
+            arm = _assigned(record)
+            groups[(record["cohort"], arm)].append(record)
+            groups[(ALL_COHORTS, arm)].append(record)
         return {key: summarize(records) for key, records in groups.items()}
 
-    def timeline(self, since: datetime, until: datetime) -> CallTimeline:
-        """When calls happened in [since, until), and stable's failed calls (the decision log keeps every failure)."""
+    def timeline(self, since: datetime, until: datetime, stable: int) -> CallTimeline:
+        """Per second: every model call, the requests assigned to `stable` and those whose stable call failed."""
         records = self._reader.read(since, until)
-        return CallTimeline(
-            calls=tuple(r["t"] for r in records),
-            stable_failures=tuple(
-                r["t"] for r in records if r.get("role") == "stable" and r["outcome"] in SERVING_FAILURES
-            ),
+        first_calls = [r for r in records if not r.get("retry") and _assigned(r) == stable]
+        return CallTimeline.from_times(
+            since,
+            until,
+            calls=[r["t"] for r in records],
+            stable_requests=[r["t"] for r in first_calls],
+            stable_weights=[r.get("w", 1.0) for r in first_calls],
+            stable_failures=[r["t"] for r in first_calls if OUTCOME_CODES[r["outcome"]] in SERVING_FAILURES],
         )
 
     def features(self, cohort: str, since: datetime, until: datetime) -> np.ndarray:

@@ -10,70 +10,17 @@ taking the worst one.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from mlrelease.rollout.plan import RELATIVE, Guardrail
+from mlrelease.rollout.windows import EMPTY, LATENCY_BOUNDS_S, CohortWindow
 from mlrelease.verdicts.decide import ON_INCONCLUSIVE, SEVERITY, Verdict, decide, worst
-from mlrelease.verdicts.sequential import Band, mean_difference, proportion_difference, proportion_level
+from mlrelease.verdicts.sequential import Band, Ratio, clustered_ratio, ratio_difference, ratio_level
 
-__all__ = ["SEVERITY", "CohortWindow", "GuardrailResult", "Verdict", "evaluate", "worst"]
-
-
-@dataclass(frozen=True)
-class CohortWindow:
-    """One version's calls in one cohort over the judged window: counts, and the raw latencies and answers."""
-
-    requests: int
-    errors: int
-    nan: int
-    low_confidence: int
-    latencies_s: Sequence[float] = ()
-    predictions: Sequence[float] = ()
-    confidences: Sequence[float] = ()  # parallel to `predictions`
-    keys: Sequence[int] = ()  # parallel to `predictions`: the request's identity (same inputs, same key)
-
-    def merged(self, other: CohortWindow) -> CohortWindow:
-        """Both windows as one (pooling cohorts)."""
-        return CohortWindow(
-            self.requests + other.requests,
-            self.errors + other.errors,
-            self.nan + other.nan,
-            self.low_confidence + other.low_confidence,
-            (*self.latencies_s, *other.latencies_s),
-            (*self.predictions, *other.predictions),
-            (*self.confidences, *other.confidences),
-            (*self.keys, *other.keys),
-        )
-
-    def distinct_answers(self) -> tuple[np.ndarray, np.ndarray]:
-        """The answers (eta, confidence) with repeats of the same request counted once.
-
-        A version answers the same request with the same numbers, and the control slice holds other users
-        than the candidate's: when traffic repeats requests (a replayed pool, a user's retries), counting
-        every repeat would treat one order seen fifty times as fifty independent observations, and a band
-        would shrink around a difference between the two arms' *requests*, not their models. The unit of
-        the answer-based contracts is the distinct request (by `keys`; without keys every answer counts);
-        in production traffic, where orders are unique, this changes nothing.
-        """
-        eta = np.asarray(self.predictions, dtype=np.float64)
-        confidence = (
-            np.asarray(self.confidences, dtype=np.float64) if len(self.confidences) == len(eta) else np.ones(len(eta))
-        )
-        if len(self.keys) != len(eta) or not len(eta):
-            return eta, confidence
-        _, first = np.unique(np.asarray(self.keys), return_index=True)
-        return eta[first], confidence[first]
-
-    def quantile_latency_s(self, q: float) -> float:
-        """A latency quantile of the window (0 when it has no calls)."""
-        return float(np.quantile(self.latencies_s, q)) if len(self.latencies_s) else 0.0
-
-
-EMPTY = CohortWindow(requests=0, errors=0, nan=0, low_confidence=0)
+__all__ = ["EMPTY", "SEVERITY", "CohortWindow", "GuardrailResult", "Verdict", "evaluate", "worst"]
 
 
 @dataclass(frozen=True)
@@ -91,46 +38,56 @@ class GuardrailResult:
     contract: str = ""
 
 
-def _share(count: int, n: int) -> float:
-    return count / n if n else 0.0
+# Per metric: the per-user sums whose ratio is judged (numerator, denominator), and whether it is a share of calls.
+RATIOS: dict[str, tuple[str, str]] = {
+    "error_rate": ("failed", "calls"),
+    "nan_rate": ("nan", "calls"),
+    "low_confidence_share": ("low_confidence", "answers"),
+    "latency": ("log_latency", "calls"),
+    "prediction_shift": ("log_eta", "answers"),
+    "confidence_shift": ("log_confidence", "answers"),
+}
 
 
-def _counts(metric: str, window: CohortWindow) -> tuple[int, int]:
-    """(bad calls, calls judged) for a share metric: low confidence is judged on distinct answered requests."""
-    if metric == "error_rate":
-        return window.errors, window.requests
-    if metric == "nan_rate":
-        return window.nan, window.requests
-    from mlrelease.model.estimator import LOW_CONFIDENCE  # here: the estimator module imports sklearn (~1.6 s)
+def tail_bound(guardrail: Guardrail, stable: CohortWindow) -> int:
+    """The latency bound (index into LATENCY_BOUNDS_S) at stable's `quantile`: the first one that at most a share
+    1 − quantile of stable's requests exceed. Only stable's requests choose it, never the candidate's."""
+    calls = stable.total("calls")
+    if calls <= 0:
+        return len(LATENCY_BOUNDS_S) - 1
+    above = stable.slow.sum(axis=0) / calls
+    within = np.flatnonzero(above <= 1.0 - guardrail.quantile)
+    return int(within[0]) if len(within) else len(LATENCY_BOUNDS_S) - 1
 
-    _, confidences = window.distinct_answers()
-    return int((confidences < LOW_CONFIDENCE).sum()), len(confidences)
 
-
-def _logs(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    array = np.asarray(values, dtype=np.float64)
-    return np.log(array[np.isfinite(array) & (array > 0)])
+def _ratio(guardrail: Guardrail, window: CohortWindow, bound: int) -> Ratio:
+    if guardrail.metric == "latency_tail":
+        return clustered_ratio(window.slow[:, bound], window.calls, share=True)
+    numerator, denominator = RATIOS[guardrail.metric]
+    share = guardrail.metric not in RELATIVE
+    return clustered_ratio(getattr(window, numerator), getattr(window, denominator), share=share)
 
 
 def band_for(guardrail: Guardrail, candidate: CohortWindow, stable: CohortWindow) -> tuple[Band, float, float | None]:
-    """The confidence band of the guardrail's difference, the candidate's value and the control's value."""
+    """The confidence band of the guardrail's difference, the candidate's value and the control's value.
+
+    Shares are of requests (or of distinct answers); relative metrics are means on the log scale, reported as
+    geometric means. Every variance is clustered by user (see `mlrelease.verdicts.sequential.clustered_ratio`).
+    """
     alpha, tuned = guardrail.alpha, guardrail.min_samples
-    metric = guardrail.metric
-    if metric in ("error_rate", "nan_rate", "low_confidence_share"):
-        bad_c, n_c = _counts(metric, candidate)
-        if guardrail.limit is not None:
-            return proportion_level(bad_c, n_c, guardrail.limit, alpha=alpha, tuned_at=tuned), _share(bad_c, n_c), None
-        bad_s, n_s = _counts(metric, stable)
-        band = proportion_difference(bad_c, n_c, bad_s, n_s, alpha=alpha, tuned_at=tuned)
-        return band, _share(bad_c, n_c), _share(bad_s, n_s)
-    if metric == "latency":  # every call is an observation of the version's speed under this load
-        c, s = _logs(candidate.latencies_s), _logs(stable.latencies_s)
-    else:  # answers (ETA, or confidence for confidence_shift): each distinct request once
-        which = 1 if metric == "confidence_shift" else 0
-        c, s = _logs(candidate.distinct_answers()[which]), _logs(stable.distinct_answers()[which])
-    band = mean_difference(c, s, alpha=alpha, tuned_at=tuned)
-    median = lambda xs: float(np.exp(np.median(xs))) if len(xs) else None  # noqa: E731
-    return band, median(c) or math.nan, median(s)
+    bound = tail_bound(guardrail, stable) if guardrail.metric == "latency_tail" else 0
+    mine = _ratio(guardrail, candidate, bound)
+    if guardrail.limit is not None:
+        return ratio_level(mine, guardrail.limit, alpha=alpha, tuned_at=tuned), mine.estimate, None
+    theirs = _ratio(guardrail, stable, bound)
+    band = ratio_difference(mine, theirs, alpha=alpha, tuned_at=tuned)
+    if guardrail.metric in RELATIVE:
+        return band, _exp(mine.estimate), _exp(theirs.estimate)
+    return band, mine.estimate, theirs.estimate
+
+
+def _exp(value: float) -> float:
+    return float(np.exp(value)) if np.isfinite(value) else math.nan
 
 
 def evaluate(guardrail: Guardrail, cohort: str, candidate: CohortWindow, stable: CohortWindow) -> GuardrailResult:
@@ -140,8 +97,9 @@ def evaluate(guardrail: Guardrail, cohort: str, candidate: CohortWindow, stable:
     contract = guardrail.describe()
     if guardrail.limit == 0 and guardrail.tolerance == 0 and (mine or 0) > 0:
         # A zero limit needs no statistics: one observed event proves the rate is above zero.
-        bad, n = _counts(guardrail.metric, candidate)
-        reason = f"{cohort} {guardrail.metric}: {bad} of {n} calls, over a zero limit → fail [{contract}]"
+        numerator, denominator = RATIOS[guardrail.metric]
+        bad, n = candidate.total(numerator), candidate.total(denominator)
+        reason = f"{cohort} {guardrail.metric}: {bad:.0f} of {n:.0f} calls, over a zero limit → fail [{contract}]"
         return GuardrailResult(
             cohort, guardrail.metric, Verdict.FAIL, mine, theirs, tolerance, reason, band.as_dict(), contract
         )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -17,11 +18,14 @@ class MetricsSource(Protocol):
 
     location: str
 
-    def windows(self, since: datetime, until: datetime) -> dict[tuple[str, int], CohortWindow]:
-        """Each (cohort, version) that served model calls in [since, until), summarised; cohort "*" is all of them."""
+    def windows(
+        self, since: datetime, until: datetime, exclude: Sequence[tuple[datetime, datetime]] = ()
+    ) -> dict[tuple[str, int], CohortWindow]:
+        """Per (cohort, *assigned* version), the requests of [since, until) outside the `exclude` stretches, summed per
+        user; cohort "*" is all of them. A request belongs to the version its user was assigned to, whoever answered."""
 
-    def timeline(self, since: datetime, until: datetime) -> CallTimeline:
-        """When model calls happened in [since, until), and when stable's calls failed (errors, timeouts)."""
+    def timeline(self, since: datetime, until: datetime, stable: int) -> CallTimeline:
+        """Per second of [since, until): model calls, requests assigned to `stable`, and how many of those failed."""
 
     def features(self, cohort: str, since: datetime, until: datetime) -> np.ndarray:
         """The encoded feature rows of the cohort's model calls in [since, until) (rows × features)."""

@@ -21,7 +21,9 @@ from mlrelease.settings import REPO_ROOT
 from mlrelease.yamlconfig import StrictModel, load_yaml_model
 
 DEFAULT_PLAN = REPO_ROOT / "config" / "rollout_plan.yaml"
-Metric = Literal["error_rate", "nan_rate", "low_confidence_share", "latency", "prediction_shift", "confidence_shift"]
+Metric = Literal[
+    "error_rate", "nan_rate", "low_confidence_share", "latency", "latency_tail", "prediction_shift", "confidence_shift"
+]
 Action = Literal["rollback_cohort", "rollback_all", "pause"]
 Profile = Literal["production", "demo"]
 Direction = Literal["higher", "lower", "either"]
@@ -29,7 +31,9 @@ OnInconclusive = Literal["accept", "pause", "rollback"]
 
 # Metrics whose value is a share of calls (tolerance in absolute share: 0.001 = 0.1 percentage points) and
 # metrics compared as a relative shift (tolerance as a fraction: 0.10 = 10 %, judged on the log scale).
-SHARES = ("error_rate", "nan_rate", "low_confidence_share")
+# `latency_tail` is the share of requests slower than stable's `quantile` (e.g. its p99): a p99 regression shows as
+# that share rising above 1 %, however little the mean moves.
+SHARES = ("error_rate", "nan_rate", "low_confidence_share", "latency_tail")
 RELATIVE = ("latency", "prediction_shift", "confidence_shift")
 MAX_ALPHA = 0.2
 MAX_CANDIDATE_PERCENT = 99.0  # at least 1 % of every judged cohort stays on stable as the concurrent control
@@ -55,6 +59,7 @@ class Guardrail(StrictModel):
     min_samples: int = Field(200, ge=20, description="per arm, before a verdict may be reached")
     on_inconclusive: OnInconclusive = "pause"
     cohorts: tuple[str, ...] = Field(default=(), description="empty: the stage's judged cohorts")
+    quantile: float = Field(0.99, gt=0.5, lt=1, description="latency_tail: stable's quantile the tail starts at")
 
     @model_validator(mode="after")
     def _check(self) -> Guardrail:
@@ -64,6 +69,8 @@ class Guardrail(StrictModel):
             raise ValueError(f"tolerance of a relative shift ({self.metric}) must be in (0, 10], got {self.tolerance}")
         if self.limit is not None and self.metric not in SHARES:
             raise ValueError(f"limit applies to shares ({', '.join(SHARES)}), not to {self.metric}")
+        if self.metric == "latency_tail" and (self.bad != "higher" or self.limit is not None):
+            raise ValueError("latency_tail compares with stable's own tail: use bad: higher and no limit")
         if self.limit is not None and self.bad != "higher":
             raise ValueError("a limit is a ceiling: use bad: higher")
         return self
@@ -77,6 +84,9 @@ class Guardrail(StrictModel):
         """One phrase for alerts and the report, e.g. 'latency +10 % vs stable at α=0.01'."""
         if self.limit is not None:
             return f"{self.metric} ≤ {self.limit:g} at α={self.alpha:g}"
+        if self.metric == "latency_tail":
+            q = f"p{self.quantile * 100:g}"
+            return f"share slower than stable's {q} +{self.tolerance * 100:g} pp vs stable at α={self.alpha:g}"
         amount = f"{self.tolerance:.0%}" if self.metric in RELATIVE else f"{self.tolerance * 100:g} pp"
         sign = {"higher": "+", "lower": "−", "either": "±"}[self.bad]
         return f"{self.metric} {sign}{amount} vs stable at α={self.alpha:g}"

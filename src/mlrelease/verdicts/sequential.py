@@ -126,3 +126,58 @@ def mean_level(values: Sequence[float] | np.ndarray, level: float, *, alpha: flo
         return Band(math.nan, -math.inf, math.inf, n)
     per_sample = float(x.var(ddof=1))
     return _band(float(x.mean() - level), per_sample / n, alpha, per_sample, tuned_at, n)
+
+
+# --- Users as the unit -------------------------------------------------------------------------------------------
+# Assignment is sticky per user, and a user's calls resemble each other (same routes, same device, the same order
+# retried): calls are not independent observations. Every rate and mean below is a ratio estimator over users,
+# θ̂ = Σ_u y_u / Σ_u n_u (y_u: the user's weighted bad calls, or summed log latency; n_u: their weighted calls), with
+# the cluster-robust (sandwich, CR1) variance of the delta method:
+#
+#     Var(θ̂) ≈ m/(m−1) · Σ_u (y_u − θ̂ n_u)² / (Σ_u n_u)²          (m users)
+#
+# so a heavy user or a client's repeats widen the band instead of narrowing it. A share's variance is never taken
+# below the smoothed binomial variance of its calls (with no bad call at all the sandwich is 0).
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A ratio estimate over users: Σy / Σn, its cluster-robust variance, calls (Σn) and users (m)."""
+
+    estimate: float
+    variance: float
+    calls: float
+    users: int
+
+
+def clustered_ratio(y: np.ndarray, n: np.ndarray, *, share: bool) -> Ratio:
+    """Σy/Σn over users with its cluster-robust variance; a `share` (y counts bad calls) gets the binomial floor."""
+    y, n = np.asarray(y, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    keep = n > 0
+    y, n = y[keep], n[keep]
+    total, m = float(n.sum()), int(len(n))
+    if m == 0 or total <= 0:
+        return Ratio(math.nan, math.inf, 0.0, 0)
+    estimate = float(y.sum()) / total
+    residual = y - estimate * n
+    variance = float(residual @ residual) / total**2 * (m / (m - 1) if m > 1 else 1.0)
+    if share:
+        variance = max(variance, _smoothed_variance(int(round(float(y.sum()))), int(round(total))) / total)
+    return Ratio(estimate, variance, total, m)
+
+
+def ratio_difference(candidate: Ratio, stable: Ratio, *, alpha: float, tuned_at: int) -> Band:
+    """CS on candidate − stable for two arms' clustered ratios (shares of calls, or mean log latency per call)."""
+    n = int(min(candidate.calls, stable.calls))
+    if min(candidate.users, stable.users) < 2 or n == 0:
+        return Band(math.nan, -math.inf, math.inf, n)
+    variance = candidate.variance + stable.variance
+    return _band(candidate.estimate - stable.estimate, variance, alpha, n * variance, tuned_at, n)
+
+
+def ratio_level(ratio: Ratio, level: float, *, alpha: float, tuned_at: int) -> Band:
+    """CS on one arm's clustered ratio − a fixed `level` (e.g. the long tail's low-confidence share vs 15 %)."""
+    n = int(ratio.calls)
+    if ratio.users < 2 or n == 0:
+        return Band(math.nan, -math.inf, math.inf, n)
+    return _band(ratio.estimate - level, ratio.variance, alpha, n * ratio.variance, tuned_at, n)

@@ -1,0 +1,118 @@
+"""The candidate's fast guard, relative to stable: do hard failures fall on the candidate more than its traffic says?
+
+A count of failures ("3 in 10 s") says nothing about the candidate once stages last hours: stable itself fails now
+and then (1 in 10,000 calls is ordinary), and an absolute count is reached by chance sooner or later. This guard
+asks how the failures of the same seconds *split* between the arms. If the candidate fails no more often than
+stable, a failure falls on the candidate with probability π, the candidate's share of the recent requests
+(conditioning on the total count removes the unknown common failure rate: Lindon, Sanden & Shirikian, "Rapid
+Regression Detection in Software Deployments through Sequential Testing", KDD 2022). Against the alternative that
+the candidate fails `ratio` times as often, a failure on the candidate multiplies the likelihood ratio by θ₁/π and one
+on stable by (1 − θ₁)/(1 − π), with θ₁ = ratio·π / (ratio·π + 1 − π).
+
+The statistic is a CUSUM of those log ratios (reset at zero, so evidence from a good past cannot hide a candidate
+that starts failing now: the e-CUSUM of Shin, Ramdas & Rinaldo, "E-detectors", 2023). The j-th failure is checked
+against log(1/α_j) with α_j = α · 6/(π² j²). Why that spends at most α in all: the CUSUM crosses at failure j only if
+the likelihood-ratio product started at some earlier failure i ≤ j crosses 1/α_j ≥ 1/α_i, and by Ville's inequality
+the product started at i ever crosses 1/α_i with probability at most α_i; Σ_i α_i = α. The bound assumes failures
+independent given the traffic; bursts of a few correlated failures are measured by `bench/bench_verdict_sim.py`,
+not assumed away.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+
+# Below this many requests in the window the traffic share is not known well enough to weigh a failure.
+MIN_REQUESTS = 10
+
+
+class SplitGuard:
+    """One candidate version's relative fast guard on one gateway replica.
+
+    :param ratio: the failure-rate ratio (candidate / stable) the test is tuned to detect.
+    :param alpha: the chance that this replica's guard ever trips an A/A candidate (independent failures).
+    :param window_s: how far back the arms' request counts give the traffic share π.
+    :param clock: monotonic clock (injectable for tests and the simulator).
+    """
+
+    def __init__(
+        self, *, ratio: float, alpha: float, window_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if ratio <= 1 or not 0 < alpha < 1 or window_s <= 0:
+            raise ValueError(
+                f"SplitGuard needs ratio > 1, 0 < alpha < 1, window_s > 0 (got {ratio}, {alpha}, {window_s})"
+            )
+        self.ratio = ratio
+        self.alpha = alpha
+        self.window_s = window_s
+        self._clock = clock
+        self._seconds: deque[list[float]] = deque()  # [second, candidate requests, stable requests]
+        self._candidate = 0.0
+        self._stable = 0.0
+        self.evidence = 0.0  # the CUSUM of log likelihood ratios
+        self.failures = 0  # failures weighed so far (j)
+        self.tripped = False
+
+    def share(self) -> float | None:
+        """The candidate's share of this replica's recent requests (None while too few were seen)."""
+        self._expire(self._clock())
+        total = self._candidate + self._stable
+        return self._candidate / total if total >= MIN_REQUESTS else None
+
+    def threshold(self, failures: int) -> float:
+        """The log-evidence the `failures`-th failure must reach to trip (log 1/α_j)."""
+        return math.log(math.pi**2 * failures**2 / (6.0 * self.alpha))
+
+    def observe(self, arm: str, failed: bool, count: int = 1) -> bool:
+        """One request of `arm` ('candidate' or 'stable'), failed or not; True when this one trips the guard.
+
+        `count` requests at once (the simulator's bulk successes); a failure is weighed against the share seen
+        before it, so the share never depends on the outcome it judges.
+        """
+        if self.tripped:
+            return False
+        now = self._clock()
+        tripped = False
+        if failed:
+            tripped = self._weigh(arm, self.share())
+        self._count(now, arm, count)
+        return tripped
+
+    def _weigh(self, arm: str, share: float | None) -> bool:
+        if share is None or not 0.0 < share < 1.0:
+            return False  # one arm alone in the window: a failure cannot tell the arms apart
+        theta = self.ratio * share / (self.ratio * share + 1.0 - share)
+        step = math.log(theta / share) if arm == "candidate" else math.log((1.0 - theta) / (1.0 - share))
+        self.evidence = max(self.evidence, 0.0) + step
+        self.failures += 1
+        self.tripped = self.evidence >= self.threshold(self.failures)
+        return self.tripped
+
+    def _count(self, now: float, arm: str, count: int) -> None:
+        second = math.floor(now)
+        if not self._seconds or self._seconds[-1][0] != second:
+            self._seconds.append([second, 0.0, 0.0])
+        slot = self._seconds[-1]
+        if arm == "candidate":
+            slot[1] += count
+            self._candidate += count
+        else:
+            slot[2] += count
+            self._stable += count
+
+    def _expire(self, now: float) -> None:
+        while self._seconds and self._seconds[0][0] <= now - self.window_s:
+            _, candidate, stable = self._seconds.popleft()
+            self._candidate -= candidate
+            self._stable -= stable
+
+    def describe(self) -> str:
+        """Why it tripped, for the trip record and the alert."""
+        return (
+            f"hard failures fell on the candidate beyond its traffic share: log-evidence {self.evidence:.1f} ≥ "
+            f"{self.threshold(self.failures):.1f} at failure {self.failures} (ratio {self.ratio:g} vs stable, "
+            f"α={self.alpha:g} per replica)"
+        )

@@ -1,0 +1,185 @@
+"""One arm's traffic in one cohort over a judged window, summed per user: what every contract reads (pure numpy).
+
+The user is the unit of analysis: assignment to an arm is sticky per user, so the contracts' variances are
+clustered by user (`mlrelease.verdicts.sequential.clustered_ratio`) and need, per user, the sums below rather than
+every call. The same summary is built from a gateway decision log (`DecisionLogSource`) and from simulated traffic
+(`bench/bench_verdict_sim.py`), so both drive the very same statistics.
+
+A call belongs to the arm its user was *assigned* to, whoever answered it: a candidate-assigned request that failed
+and was retried on stable is one candidate request that failed (the retry itself is not a second request). Sampled
+records carry weights (1 / sample rate), so every sum is an unbiased estimate of the unsampled one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Latency bounds (seconds) at which the tail contract counts calls above: Prometheus-style buckets from 1 ms to 10 s,
+# about 26 % apart, so a p99 is located in them to within a bucket.
+LATENCY_BOUNDS_S = np.round(np.geomspace(0.001, 10.0, 41), 6)
+LOW_CONFIDENCE = 0.6  # the reference "low confidence" threshold (mlrelease.model.estimator.LOW_CONFIDENCE)
+
+# Outcome codes of a call, as the gateway records them (by name) and the simulator generates them (by code).
+OK, ERROR, TIMEOUT, NAN, OUT_OF_RANGE = 0, 1, 2, 3, 4
+OUTCOME_CODES = {"ok": OK, "error": ERROR, "timeout": TIMEOUT, "nan": NAN, "out_of_range": OUT_OF_RANGE}
+HARD_FAILURES = (ERROR, TIMEOUT, OUT_OF_RANGE)  # the call failed or answered outside the declared range
+SERVING_FAILURES = (ERROR, TIMEOUT)  # the call itself failed: evidence about serving, not the answer
+
+_SUMS = ("calls", "failed", "nan", "log_latency", "answers", "low_confidence", "log_eta", "log_confidence")
+
+
+def _empty() -> np.ndarray:
+    return np.zeros(0)
+
+
+@dataclass(frozen=True)
+class CohortWindow:
+    """Per-user sums of one arm's requests in a cohort (arrays aligned with `units`, one entry per user).
+
+    `calls` are requests (weighted); `failed` hard failures; `nan` NaN/inf answers; `log_latency` the summed log of
+    each request's model-call latency; `slow[:, i]` the requests slower than `LATENCY_BOUNDS_S[i]`. The answer sums
+    count each distinct request (same key) once: `answers`, those below `LOW_CONFIDENCE`, and their log ETA and
+    log confidence.
+    """
+
+    units: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    calls: np.ndarray = field(default_factory=_empty)
+    failed: np.ndarray = field(default_factory=_empty)
+    nan: np.ndarray = field(default_factory=_empty)
+    log_latency: np.ndarray = field(default_factory=_empty)
+    answers: np.ndarray = field(default_factory=_empty)
+    low_confidence: np.ndarray = field(default_factory=_empty)
+    log_eta: np.ndarray = field(default_factory=_empty)
+    log_confidence: np.ndarray = field(default_factory=_empty)
+    slow: np.ndarray = field(default_factory=lambda: np.zeros((0, len(LATENCY_BOUNDS_S))))
+
+    @property
+    def requests(self) -> int:
+        """Requests in the window (weighted, rounded)."""
+        return int(round(float(self.calls.sum())))
+
+    @property
+    def users(self) -> int:
+        """Users with at least one request."""
+        return int((self.calls > 0).sum())
+
+    def total(self, name: str) -> float:
+        """The window's total of one per-user sum (e.g. 'failed')."""
+        return float(getattr(self, name).sum())
+
+    def merged(self, other: CohortWindow) -> CohortWindow:
+        """Both windows as one, users present in both summed (pooling cohorts, or adding time slices)."""
+        if not len(other.units):
+            return self
+        if not len(self.units):
+            return other
+        return _regroup(np.concatenate([self.units, other.units]), self, other, sign=1.0)
+
+    def minus(self, other: CohortWindow) -> CohortWindow:
+        """This window without `other`'s requests (`other` must be part of it: an outage slice cut out)."""
+        if not len(other.units):
+            return self
+        return _regroup(np.concatenate([self.units, other.units]), self, other, sign=-1.0)
+
+
+EMPTY = CohortWindow()
+
+
+def _regroup(units: np.ndarray, first: CohortWindow, second: CohortWindow, *, sign: float) -> CohortWindow:
+    if len(first.units) == len(second.units) and np.array_equal(first.units, second.units):
+        # the same users in the same order (a dense per-user layout): add the sums as they are
+        same = {name: getattr(first, name) + sign * getattr(second, name) for name in _SUMS}
+        return CohortWindow(first.units, **same, slow=first.slow + sign * second.slow)
+    ids, where = np.unique(units, return_inverse=True)
+    n = len(ids)
+
+    def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.bincount(where, weights=np.concatenate([a, sign * b]), minlength=n)
+
+    sums = {name: add(getattr(first, name), getattr(second, name)) for name in _SUMS}
+    bounds = len(LATENCY_BOUNDS_S)
+    cells = (where[:, None] * bounds + np.arange(bounds)[None, :]).ravel()
+    stacked = np.concatenate([first.slow, sign * second.slow]).ravel()
+    slow = np.bincount(cells, weights=stacked, minlength=n * bounds).reshape(n, bounds)
+    keep = np.abs(sums["calls"]) > 1e-9
+    return CohortWindow(ids[keep], **{k: v[keep] for k, v in sums.items()}, slow=slow[keep])
+
+
+def dense(window: CohortWindow, users: int) -> CohortWindow:
+    """The window laid out over users 0 … users − 1 (ids are indices), so that adding two is adding arrays."""
+    sums = {}
+    for name in _SUMS:
+        values = np.zeros(users)
+        values[window.units] = getattr(window, name)
+        sums[name] = values
+    slow = np.zeros((users, len(LATENCY_BOUNDS_S)))
+    slow[window.units] = window.slow
+    return CohortWindow(np.arange(users, dtype=np.int64), **sums, slow=slow)
+
+
+def summarize_calls(
+    unit: np.ndarray,
+    outcome: np.ndarray,
+    latency_s: np.ndarray,
+    *,
+    weight: np.ndarray | None = None,
+    retry: np.ndarray | None = None,
+    key: np.ndarray | None = None,
+    eta: np.ndarray | None = None,
+    confidence: np.ndarray | None = None,
+) -> CohortWindow:
+    """Per-user sums of one arm's calls (parallel arrays: one entry per model call, oldest first).
+
+    A retry (the stable call answering a candidate-assigned request that failed) is not a request of its own and is
+    left out. Answers are counted once per distinct `key` (the first answer); without keys every answer counts.
+    """
+    unit = np.asarray(unit, dtype=np.int64)
+    outcome = np.asarray(outcome, dtype=np.int64)
+    latency = np.asarray(latency_s, dtype=np.float64)
+    w = np.ones(len(unit)) if weight is None else np.asarray(weight, dtype=np.float64)
+    keep = np.ones(len(unit), dtype=bool) if retry is None else ~np.asarray(retry, dtype=bool)
+    unit, outcome, latency, w = unit[keep], outcome[keep], latency[keep], w[keep]
+    if not len(unit):
+        return EMPTY
+    ids, where = np.unique(unit, return_inverse=True)
+    n = len(ids)
+
+    def per_user(values: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        index = where if rows is None else where[rows]
+        return np.bincount(index, weights=values, minlength=n)
+
+    log_latency = np.log(np.clip(latency, 1e-6, None))
+    slow = _slow_per_user(where, n, latency, w)
+    answered = np.flatnonzero(outcome == OK)
+    if key is not None and len(answered):
+        keys = np.asarray(key)[keep][answered]
+        _, first = np.unique(keys, return_index=True)
+        answered = answered[np.sort(first)]
+    eta_a = np.asarray(eta, dtype=np.float64)[keep][answered] if eta is not None else np.ones(len(answered))
+    conf_a = (
+        np.asarray(confidence, dtype=np.float64)[keep][answered] if confidence is not None else np.ones(len(answered))
+    )
+    w_a = w[answered]
+    return CohortWindow(
+        units=ids,
+        calls=per_user(w),
+        failed=per_user(w * np.isin(outcome, HARD_FAILURES)),
+        nan=per_user(w * (outcome == NAN)),
+        log_latency=per_user(w * log_latency),
+        answers=per_user(w_a, answered),
+        low_confidence=per_user(w_a * (conf_a < LOW_CONFIDENCE), answered),
+        log_eta=per_user(w_a * np.log(np.clip(eta_a, 1e-6, None)), answered),
+        log_confidence=per_user(w_a * np.log(np.clip(conf_a, 1e-6, None)), answered),
+        slow=slow,
+    )
+
+
+def _slow_per_user(where: np.ndarray, n: int, latency: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Per user, the weighted requests slower than each bound: a histogram of bound positions, summed from the top."""
+    bounds = len(LATENCY_BOUNDS_S)
+    above = np.searchsorted(LATENCY_BOUNDS_S, latency, side="left")  # bounds strictly below the latency
+    histogram = np.bincount(where * (bounds + 1) + above, weights=w, minlength=n * (bounds + 1)).reshape(n, bounds + 1)
+    # a request with `above` = k is slower than bounds 0..k-1: count it for every bound below its position
+    return np.cumsum(histogram[:, ::-1], axis=1)[:, ::-1][:, 1:]
