@@ -30,7 +30,7 @@ from tests.kube_api_server import FakeKubeApi
 pytestmark = pytest.mark.integration
 
 CONFIG = HTTPRouteConfig(accept_timeout_s=2)
-PLAN = load_plan()
+PLAN = load_plan().allocated(("high_value", "long_tail", "core"))
 T0 = datetime(2026, 11, 29, 2, tzinfo=UTC)
 COHORTS = ("high_value", "long_tail", "core")  # core has no rule of its own: it follows "*"
 

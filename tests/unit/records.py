@@ -17,7 +17,7 @@ def rollout_record(phase: Phase = Phase.STAGE) -> RolloutRecord:
         candidate_version=2,
         stable_version=1,
         profile="demo",
-        plan=load_plan(None),
+        plan=load_plan(None).allocated(("high_value", "long_tail", "core")),
         started_at=datetime(2026, 11, 29, 2, tzinfo=UTC),
     )
     return record.model_copy(update={"phase": phase})

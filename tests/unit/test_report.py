@@ -125,8 +125,8 @@ def write_shadow(home: Path) -> None:
 def plan() -> RolloutPlan:
     """Three stages like the shipped plan: high_value, then long_tail (cohort rollback), then everyone."""
     rail = (
-        Guardrail(metric="low_confidence_share", bad="higher", tolerance=0.0, limit=0.15),
-        Guardrail(metric="error_rate", bad="higher", tolerance=0.001),
+        Guardrail(metric="low_confidence_share", bad="higher", tolerance=0.0, limit=0.15, alpha=0.01),
+        Guardrail(metric="error_rate", bad="higher", tolerance=0.001, alpha=0.01),
     )
     spans = {
         "min_exposure_s": {"production": 1800.0, "demo": 20.0},

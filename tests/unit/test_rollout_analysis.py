@@ -17,7 +17,7 @@ from mlrelease.rollout.store import RolloutBusy, RolloutRecord, RolloutStore
 from mlrelease.steps.shadow import breaches, cohort_shifts, compare
 from tests.unit.arms import arm_window
 
-PLAN = load_plan()
+PLAN = load_plan().allocated(("high_value", "long_tail", "core"))
 COHORTS = ("high_value", "long_tail", "core")
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 RNG = np.random.default_rng(5)
@@ -127,7 +127,8 @@ def test_low_confidence_on_the_long_tail_fails_only_that_cohort_with_its_numbers
 def test_latency_is_judged_against_stable_in_the_same_window():
     current = _both("high_value", _window(1500, latency=0.004), _window(1500, latency=0.002))
     analysis = _analyze(0, current)
-    assert {(r.cohort, r.metric) for r in analysis.breaches()} == {("*", "latency")}
+    # twice as slow: the geometric mean and the share beyond stable's p99 both fail
+    assert {(r.cohort, r.metric) for r in analysis.breaches()} == {("*", "latency"), ("*", "latency_tail")}
     assert analysis.verdicts["*"] is Verdict.FAIL
 
 
@@ -150,7 +151,7 @@ def test_too_little_traffic_continues_and_is_resolved_by_the_plan_at_the_end():
     # error and NaN rates, confidence and shift accept a stage that showed no harm; latency pauses
     assert final.verdicts == {"*": Verdict.INCONCLUSIVE, "high_value": Verdict.PASS}
     accepted = {r.metric for r in final.results if r.verdict is Verdict.PASS}
-    assert accepted == {"error_rate", "nan_rate", "low_confidence_share"}
+    assert accepted == {"error_rate", "nan_rate", "low_confidence_share", "latency_tail"}
     assert [r.metric for r in final.results if r.verdict is Verdict.INCONCLUSIVE] == ["latency"]
 
 
@@ -296,7 +297,7 @@ def test_confidence_shift_compares_the_confidence_distributions_of_the_two_arms(
     def window(confidence):
         return arm_window(n, rng=rng, confidences=confidence)
 
-    shift = Guardrail(metric="confidence_shift", bad="either", tolerance=0.05, min_samples=100)
+    shift = Guardrail(metric="confidence_shift", bad="either", tolerance=0.05, min_samples=100, alpha=0.01)
     same = evaluate(shift, "*", window(rng.uniform(0.55, 0.95, n)), window(stable_conf))
     assert same.verdict == "pass", same.reason
     overconfident = evaluate(shift, "*", window(np.full(n, 0.99)), window(stable_conf))

@@ -29,7 +29,7 @@ from mlrelease.verdicts.decide import Verdict
 from tests.unit.arms import arm_window
 from tests.unit.records import rollout_record
 
-PLAN = load_plan()
+PLAN = load_plan().allocated(("high_value", "long_tail", "core"))
 T0 = datetime(2026, 11, 29, 2, tzinfo=UTC)
 PASS = {"high_value": Verdict.PASS, "long_tail": Verdict.PASS, "core": Verdict.PASS}
 KEY = rollout_record().run_key

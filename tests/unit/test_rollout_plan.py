@@ -27,7 +27,25 @@ def test_the_default_plan_follows_the_reference_practice():
     rule = next(g for g in tail.guardrails if g.limit is not None)
     assert (rule.metric, rule.limit, rule.cohorts) == ("low_confidence_share", 0.15, ("long_tail",))
     assert (tail.on_breach, tail.diagnose) == ("rollback_cohort", True)
-    assert all(g.alpha == 0.01 and g.bad for s in plan.stages for g in s.guardrails)
+    assert all(g.alpha is None and g.bad for s in plan.stages for g in s.guardrails)  # α comes from the budget
+    # one budget: 15 stage contracts share what the shadow tests (11 × 0.001) and the fast guard leave of 0.02
+    cohorts = load_config().cohorts.names
+    allocated = plan.allocated(cohorts)
+    alphas = [g.alpha for s in allocated.stages for g in s.guardrails for _ in (g.cohorts or s.judged) if not g.exact]
+    assert len(alphas) == 15 and len(set(alphas)) == 1
+    spent = plan.shadow_spend(len(cohorts)) + plan.budget.fast_guard + sum(alphas)
+    assert spent == pytest.approx(plan.budget.false_rollback)
+    assert allocated.spending(cohorts)["per_stage_contract"] == pytest.approx((0.02 - 0.011 - 0.0005) / 15, rel=1e-4)
+
+
+def test_a_budget_spent_before_the_stages_is_refused_naming_the_numbers(tmp_path):
+    plan = safe_load(DEFAULT_PLAN.read_text())
+    plan["budget"]["false_rollback"] = 0.005  # the shadow tests alone spend 0.011
+    with pytest.raises(StepError, match=r"false_rollback 0.005 is spent before the stages: shadow 0.011"):
+        load_plan(_write(tmp_path, plan)).allocated(load_config().cohorts.names)
+    plan["budget"]["false_rollback"] = 0.3
+    with pytest.raises(StepError, match=r"budget.false_rollback"):
+        load_plan(_write(tmp_path, plan))
 
 
 def _write(tmp_path, plan):
@@ -100,7 +118,7 @@ def _window(n=2000, errors=0, nan=0, low=0, latency=0.002, eta=20.0, users=None)
 
 
 def test_the_long_tail_rule_is_a_fixed_level_on_the_candidate():
-    rule = Guardrail(metric="low_confidence_share", bad="higher", tolerance=0.0, limit=0.15)
+    rule = Guardrail(metric="low_confidence_share", bad="higher", tolerance=0.0, limit=0.15, alpha=0.01)
     ok = evaluate(rule, "long_tail", _window(low=100), _window(low=1900))  # stable is not the reference here
     bad = evaluate(rule, "long_tail", _window(low=500), _window(low=0))
     assert ok.verdict is Verdict.PASS and ok.candidate == pytest.approx(0.05) and ok.stable is None
@@ -109,32 +127,32 @@ def test_the_long_tail_rule_is_a_fixed_level_on_the_candidate():
 
 
 def test_too_little_traffic_continues_and_the_plan_decides_at_the_end():
-    rule = Guardrail(metric="error_rate", bad="higher", tolerance=0.001, on_inconclusive="pause")
+    rule = Guardrail(metric="error_rate", bad="higher", tolerance=0.001, on_inconclusive="pause", alpha=0.01)
     result = evaluate(rule, "high_value", _window(n=50, errors=40), _window())
     assert result.verdict is Verdict.CONTINUE and "need 200" in result.reason
     assert resolve_inconclusive(result, rule).verdict is Verdict.INCONCLUSIVE
-    accept = Guardrail(metric="error_rate", bad="higher", tolerance=0.001, on_inconclusive="accept")
+    accept = Guardrail(metric="error_rate", bad="higher", tolerance=0.001, on_inconclusive="accept", alpha=0.01)
     assert resolve_inconclusive(result, accept).verdict is Verdict.PASS
-    rollback = Guardrail(metric="error_rate", bad="higher", tolerance=0.001, on_inconclusive="rollback")
+    rollback = Guardrail(metric="error_rate", bad="higher", tolerance=0.001, on_inconclusive="rollback", alpha=0.01)
     assert resolve_inconclusive(result, rollback).verdict is Verdict.FAIL
 
 
 def test_one_error_in_a_few_hundred_calls_is_not_a_rollback():
     # The fixed judge failed `error_rate <= 0.1 %` on a single error in 200 calls (0.5 %).
-    rule = Guardrail(metric="error_rate", bad="higher", tolerance=0.001)
+    rule = Guardrail(metric="error_rate", bad="higher", tolerance=0.001, alpha=0.01)
     assert evaluate(rule, "core", _window(n=200, errors=1), _window(n=200)).verdict is Verdict.CONTINUE
     assert evaluate(rule, "core", _window(n=4000, errors=200), _window(n=4000)).verdict is Verdict.FAIL
 
 
 def test_latency_and_prediction_shift_are_relative_and_two_sided_where_declared():
-    latency = Guardrail(metric="latency", bad="higher", tolerance=0.10)
+    latency = Guardrail(metric="latency", bad="higher", tolerance=0.10, alpha=0.01)
     slow = evaluate(latency, "core", _window(latency=0.003), _window(latency=0.002))
     fast = evaluate(latency, "core", _window(latency=0.0015), _window(latency=0.002))
     same = evaluate(latency, "core", _window(), _window())
     assert slow.verdict is Verdict.FAIL and "latency: shift +" in slow.reason
     assert slow.band["estimate"] == pytest.approx(np.log(1.5), abs=0.03)
     assert fast.verdict is Verdict.PASS and same.verdict is Verdict.PASS
-    shift = Guardrail(metric="prediction_shift", bad="either", tolerance=0.10)
+    shift = Guardrail(metric="prediction_shift", bad="either", tolerance=0.10, alpha=0.01)
     assert evaluate(shift, "core", _window(eta=30), _window()).verdict is Verdict.FAIL
     assert evaluate(shift, "core", _window(eta=14), _window()).verdict is Verdict.FAIL
     assert evaluate(shift, "core", _window(eta=20.2), _window()).verdict is Verdict.PASS

@@ -182,9 +182,9 @@ def test_shadow_breaches_carry_the_quality_lines():
 def test_the_plan_declares_the_quality_contract_and_a_two_sided_low_confidence_guardrail():
     plan = load_plan()
     spec = plan.shadow
-    assert (spec.quality_alpha, spec.quality_mae_tolerance, spec.quality_p90_tolerance) == (0.01, 0.05, 0.10)
+    assert (spec.quality_alpha, spec.quality_mae_tolerance, spec.quality_p90_tolerance) == (0.001, 0.05, 0.10)
     assert (spec.quality_min_confidence_ratio, spec.quality_low_confidence_tolerance) == (1.2, 0.05)
-    assert spec.quality_on_inconclusive == "accept" and spec.quality_bootstrap == 2000
+    assert spec.quality_on_inconclusive == "accept" and spec.quality_bootstrap == 10000
     pooled = [g for s in plan.stages for g in s.guardrails if g.metric == "low_confidence_share" and g.limit is None]
     assert pooled and all(g.bad == "either" for g in pooled)
 

@@ -79,8 +79,10 @@ class GuardConfig(StrictModel):
     stable_open_s: float = Field(5.0, gt=0, description="how long a failed stable version rests before a retry")
     # The candidate's guard is relative to stable (gateway/split_guard.py): it trips on evidence that the candidate's
     # hard failures outnumber its share of the traffic, never on a count that stable's own failures would reach too.
+    # Tuned to a candidate that fails on a fair share of its calls (1,000 × stable's 1 in 10,000): then every failure
+    # on the candidate weighs most, and one on stable wipes the evidence out (bursts of stable's own failures reset it).
     failure_ratio: float = Field(
-        20.0, gt=1, description="the candidate / stable failure-rate ratio the candidate's guard is tuned to detect"
+        1000.0, gt=1, description="the candidate / stable failure-rate ratio the candidate's guard is tuned to detect"
     )
     false_trip_rate: float = Field(
         1e-4, gt=0, le=0.01, description="chance that one replica's guard ever trips a candidate as good as stable"

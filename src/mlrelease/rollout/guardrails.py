@@ -75,6 +75,10 @@ def band_for(guardrail: Guardrail, candidate: CohortWindow, stable: CohortWindow
     geometric means. Every variance is clustered by user (see `mlrelease.verdicts.sequential.clustered_ratio`).
     """
     alpha, tuned = guardrail.alpha, guardrail.min_samples
+    if alpha is None:
+        if not guardrail.exact:
+            raise ValueError(f"{guardrail.describe()}: its α is unset; judge with RolloutPlan.allocated(cohorts)")
+        alpha = 0.01  # a zero limit is decided exactly; its band is shown for the record only
     bound = tail_bound(guardrail, stable) if guardrail.metric == "latency_tail" else 0
     mine = _ratio(guardrail, candidate, bound)
     if guardrail.limit is not None:

@@ -55,7 +55,9 @@ class Guardrail(StrictModel):
     limit: float | None = Field(
         None, ge=0, le=1, description="compare the candidate's share with this level instead of with stable"
     )
-    alpha: float = Field(0.01, gt=0, le=MAX_ALPHA, description="the false-verdict rate of this contract")
+    alpha: float | None = Field(
+        None, gt=0, le=MAX_ALPHA, description="this contract's false-fail rate; unset: its share of the plan's budget"
+    )
     min_samples: int = Field(200, ge=20, description="per arm, before a verdict may be reached")
     on_inconclusive: OnInconclusive = "pause"
     cohorts: tuple[str, ...] = Field(default=(), description="empty: the stage's judged cohorts")
@@ -76,20 +78,26 @@ class Guardrail(StrictModel):
         return self
 
     @property
+    def exact(self) -> bool:
+        """A zero limit: one event proves the rate above zero, no statistics and no α."""
+        return self.limit == 0 and self.tolerance == 0
+
+    @property
     def log_tolerance(self) -> float:
         """The tolerance on the scale the band is computed on (log for relative shifts)."""
         return math.log1p(self.tolerance) if self.metric in RELATIVE else self.tolerance
 
     def describe(self) -> str:
         """One phrase for alerts and the report, e.g. 'latency +10 % vs stable at α=0.01'."""
+        at = "exact" if self.exact else (f"at α={self.alpha:.2g}" if self.alpha else "at α from the budget")
         if self.limit is not None:
-            return f"{self.metric} ≤ {self.limit:g} at α={self.alpha:g}"
+            return f"{self.metric} ≤ {self.limit:g} {at}"
         if self.metric == "latency_tail":
             q = f"p{self.quantile * 100:g}"
-            return f"share slower than stable's {q} +{self.tolerance * 100:g} pp vs stable at α={self.alpha:g}"
+            return f"share slower than stable's {q} +{self.tolerance * 100:g} pp vs stable {at}"
         amount = f"{self.tolerance:.0%}" if self.metric in RELATIVE else f"{self.tolerance * 100:g} pp"
         sign = {"higher": "+", "lower": "−", "either": "±"}[self.bad]
-        return f"{self.metric} {sign}{amount} vs stable at α={self.alpha:g}"
+        return f"{self.metric} {sign}{amount} vs stable {at}"
 
 
 class Stage(StrictModel):
@@ -193,9 +201,27 @@ class ShadowSpec(StrictModel):
         return self
 
 
+class Budget(StrictModel):
+    """The whole rollout's error budget: the chance that a candidate as good as stable is stopped.
+
+    The engine splits `false_rollback` (Bonferroni: the chances add up) across every test that can stop such a
+    candidate: the shadow gate's tests at their declared α, the gateway's fast guard (`fast_guard`: its per-replica
+    `false_trip_rate` times the replicas), and every stage contract that may fail it (each contract × judged cohort
+    × stage gets an equal share of what is left, unless it declares its own α). A zero limit spends nothing (one
+    event is proof). The split is stored with the rollout record and shown with each verdict.
+    """
+
+    false_rollback: float = Field(0.02, gt=0, le=MAX_ALPHA, description="chance a good candidate is stopped at all")
+    false_pause: float = Field(0.02, gt=0, le=MAX_ALPHA, description="chance a good candidate is left undecided")
+    fast_guard: float = Field(
+        0.0005, ge=0, le=MAX_ALPHA, description="the gateway's guards: false_trip_rate × replicas (gateway.yaml)"
+    )
+
+
 class RolloutPlan(StrictModel):
     """The shadow gate and the ordered stages; the last stage decides promotion."""
 
+    budget: Budget = Budget()
     shadow: ShadowSpec = ShadowSpec()
     stages: tuple[Stage, ...] = Field(min_length=1)
     keep_previous_s: dict[Profile, float] = Field(
@@ -232,6 +258,62 @@ class RolloutPlan(StrictModel):
         unknown = sorted(named - {*known, "*"})
         if unknown:
             raise StepError(f"rollout plan names unknown cohort(s) {unknown}; the gateway defines {list(known)}")
+
+    def shadow_spend(self, cohorts: int) -> float:
+        """What the shadow gate's tests spend of the budget with `cohorts` cohorts (its per-cohort tests add up)."""
+        spec = self.shadow
+        return (
+            spec.latency_alpha
+            + spec.min_ks_pvalue
+            + cohorts * spec.shift_alpha
+            + (3 + cohorts) * spec.quality_alpha  # MAE, P90, calibration, and the low-confidence share per cohort
+        )
+
+    def allocated(self, known: tuple[str, ...]) -> RolloutPlan:
+        """This plan with every stage contract's α drawn from the budget (see `Budget`), for the gateway's cohorts.
+
+        Refused, naming the numbers, when the declared parts (shadow, fast guard, contracts with their own α) leave
+        nothing for the rest.
+        """
+        self.check_cohorts(known)
+        budget = self.budget
+        shares = [
+            (i, j, len(g.cohorts or s.judged))
+            for i, s in enumerate(self.stages)
+            for j, g in enumerate(s.guardrails)
+            if not g.exact
+        ]
+        own = [(n, self.stages[i].guardrails[j].alpha) for i, j, n in shares]
+        declared = sum(n * alpha for n, alpha in own if alpha is not None)
+        spent = self.shadow_spend(len(known)) + budget.fast_guard + declared
+        open_tests = sum(n for n, alpha in own if alpha is None)
+        left = budget.false_rollback - spent
+        if left <= 0 or (open_tests and left / open_tests < 1e-6):
+            raise StepError(
+                f"rollout plan budget false_rollback {budget.false_rollback:g} is spent before the stages: shadow "
+                f"{self.shadow_spend(len(known)):g}, fast_guard {budget.fast_guard:g}, contracts with their own α "
+                f"{declared:g}; raise the budget or lower those"
+            )
+        each = left / open_tests if open_tests else 0.0
+        stages = []
+        for stage in self.stages:
+            rails = tuple(
+                g if g.alpha is not None or g.exact else g.model_copy(update={"alpha": each}) for g in stage.guardrails
+            )
+            stages.append(stage.model_copy(update={"guardrails": rails}))
+        return self.model_copy(update={"stages": tuple(stages)})
+
+    def spending(self, known: tuple[str, ...]) -> dict[str, float]:
+        """How the budget is split (for the record, the report and the alert)."""
+        alphas = [g.alpha for s in self.stages for g in s.guardrails for _ in (g.cohorts or s.judged) if g.alpha]
+        return {
+            "false_rollback": self.budget.false_rollback,
+            "false_pause": self.budget.false_pause,
+            "shadow": round(self.shadow_spend(len(known)), 6),
+            "fast_guard": self.budget.fast_guard,
+            "stage_contracts": round(sum(alphas), 6),
+            "per_stage_contract": round(min(alphas), 8) if alphas else 0.0,
+        }
 
 
 def load_plan(path: Path | None = None) -> RolloutPlan:
