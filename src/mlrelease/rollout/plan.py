@@ -212,7 +212,6 @@ class Budget(StrictModel):
     """
 
     false_rollback: float = Field(0.02, gt=0, le=MAX_ALPHA, description="chance a good candidate is stopped at all")
-    false_pause: float = Field(0.02, gt=0, le=MAX_ALPHA, description="chance a good candidate is left undecided")
     fast_guard: float = Field(
         0.0005, ge=0, le=MAX_ALPHA, description="the gateway's guards: false_trip_rate × replicas (gateway.yaml)"
     )
@@ -308,7 +307,6 @@ class RolloutPlan(StrictModel):
         alphas = [g.alpha for s in self.stages for g in s.guardrails for _ in (g.cohorts or s.judged) if g.alpha]
         return {
             "false_rollback": self.budget.false_rollback,
-            "false_pause": self.budget.false_pause,
             "shadow": round(self.shadow_spend(len(known)), 6),
             "fast_guard": self.budget.fast_guard,
             "stage_contracts": round(sum(alphas), 6),
