@@ -17,13 +17,14 @@ from typing import Any
 
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME
-from mlrelease.rollout.analysis import StageAnalysis, analyze_stage
+from mlrelease.rollout.analysis import StageAnalysis
 from mlrelease.rollout.consistency import ServingView, disagreements
 from mlrelease.rollout.context import DRAIN_S, RolloutContext, iso
 from mlrelease.rollout.gates import alert_override, require_gates
-from mlrelease.rollout.machine import Action, ActionKind, Phase, apply, candidate_percent, exposure, next_action
+from mlrelease.rollout.machine import Action, ActionKind, Phase, apply, candidate_percent, next_action
 from mlrelease.rollout.plan import Profile, load_plan
 from mlrelease.rollout.store import RolloutRecord, now_utc
+from mlrelease.rollout.tick import look
 from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.integrity import verify_version
 from mlrelease.serving.triton_repo import model_repository
@@ -157,27 +158,12 @@ def _gates(ctx: RolloutContext, version: int, step: str, override: str | None) -
 
 
 def _tick(ctx: RolloutContext, record: RolloutRecord, stage: int) -> tuple[Action, StageAnalysis, datetime]:
-    """One look at the stage: the analysis so far and the machine's decision (a pure function of both)."""
-    spec = record.plan.stages[stage]
+    """One look at the stage (`mlrelease.rollout.tick.look`), its evidence appended to the record's trail."""
     assert record.stage_opened_at is not None
     now = now_utc()
     routing = ctx.router.current()
     tripped = routing.tripped.get(record.candidate_version) if routing else None
-    exposed_enough, final = exposure(record.state(), record.plan, record.profile, now)
-    analysis = analyze_stage(
-        spec,
-        ctx.cohorts,
-        ctx.source,
-        candidate=record.candidate_version,
-        stable=record.stable_version,
-        opened_at=record.stage_opened_at,
-        now=now,
-        excluded=record.excluded_cohorts,
-        exposed_enough=exposed_enough,
-        final=final,
-        tripped=tripped,
-        max_gap_s=record.plan.max_gap_s[record.profile],
-    )
+    action, analysis = look(record.state(), record.plan, record.profile, ctx.source, ctx.cohorts, now, tripped=tripped)
     ctx.store.append_evidence(
         record,
         {
@@ -188,9 +174,6 @@ def _tick(ctx: RolloutContext, record: RolloutRecord, stage: int) -> tuple[Actio
             "outages": [o.as_dict() for o in analysis.outages],
         },
     )
-    action = next_action(record.state(), record.plan, record.profile, now, analysis.verdicts)
-    if analysis.outages and action.kind in (ActionKind.WAIT, ActionKind.PAUSE):  # say why the stage did not pass
-        action = replace(action, reason=f"{action.reason}; {analysis.outage_note()}")
     return action, analysis, now
 
 
