@@ -206,7 +206,9 @@ def test_fast_guard_fails_over_with_no_client_errors(world, gateway, pool, fault
     events = shown["events"]
     assert any(e["type"] == "guard_trip" and e["version"] == faulty for e in events)
     failures = _metric(url, "mlrelease_gateway_model_failures_total", version=str(faulty), kind=kind) - failures_before
-    assert 1 <= failures <= 3 + 32  # the trip threshold, plus requests already in flight when it tripped
+    # NaN answers trip at the zero limit (3); errors on the relative test, against stable's retries of them in the
+    # same seconds (a share near 0.5: ~25-30 failures reach log(π²j²/6α)); plus the requests in flight at the trip
+    assert 1 <= failures <= (3 if kind == "nan" else 30) + 32
 
 
 def test_clearing_a_trip_puts_the_candidate_back(world, gateway, pool, api):

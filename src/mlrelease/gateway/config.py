@@ -87,6 +87,9 @@ class GuardConfig(StrictModel):
     false_trip_rate: float = Field(
         1e-4, gt=0, le=0.01, description="chance that one replica's guard ever trips a candidate as good as stable"
     )
+    invalid_to_trip: int = Field(
+        3, ge=1, description="the candidate's NaN/inf or out-of-range answers that trip it (never acceptable)"
+    )
     candidate_timeout_ms: float = Field(500.0, gt=0)
     stable_timeout_ms: float = Field(2000.0, gt=0)
     min_eta_hours: float = 0.0

@@ -25,6 +25,8 @@ from mlrelease.gateway.routing_state import assigned_version
 from mlrelease.gateway.split_guard import SplitGuard
 from mlrelease.model.features import encode_row
 
+INVALID_ANSWERS = ("nan", "out_of_range")  # answers no version may give: judged exactly, not against stable
+
 
 class RoutingStateMissing(Exception):
     """No routing state was ever read: the gateway does not know which version is stable."""
@@ -77,7 +79,10 @@ class PredictService:
         if candidate not in self._guards:
             guard = self.config.guard
             self._guards[candidate] = SplitGuard(
-                ratio=guard.failure_ratio, alpha=guard.false_trip_rate, window_s=guard.window_s
+                ratio=guard.failure_ratio,
+                alpha=guard.false_trip_rate,
+                window_s=guard.window_s,
+                invalid_to_trip=guard.invalid_to_trip,
             )
         return self._guards[candidate]
 
@@ -162,7 +167,7 @@ class PredictService:
         except ModelFailure as failure:
             self._decided(call, version, role, failure.kind, time.perf_counter() - started, row)
             self.metrics.model_failures.labels(str(version), failure.kind).inc()
-            self._guarded(call, version, candidate, failed=True, reason=str(failure))
+            self._guarded(candidate, failed=failure.kind, reason=str(failure))
             if not candidate:  # stable's breaker rests a failing stable (the rule answers meanwhile)
                 breaker.record_failure()
                 breaker_gauge.set(breaker.state)
@@ -170,25 +175,26 @@ class PredictService:
         elapsed = time.perf_counter() - started
         self._decided(call, version, role, "ok", elapsed, row, answer)
         latency.observe(elapsed)  # what the request waited for its answer: batching wait included
-        self._guarded(call, version, candidate, failed=False)
+        self._guarded(candidate, failed=None)
         if breaker.state is not BreakerState.CLOSED:
             breaker.record_success()
             breaker_gauge.set(breaker.state)
         return answer
 
-    def _guarded(self, call: _Call, version: int, candidate: bool, *, failed: bool, reason: str = "") -> None:
-        """Tell the candidate's relative guard about a request's first model call, by arm; trip on its evidence.
-
-        Only first calls count (a retry answers a request already counted), and only while a candidate is routed.
-        """
+    def _guarded(self, candidate: bool, *, failed: str | None, reason: str = "") -> None:
+        """Tell the candidate's relative guard about one model call (by the version that made it: a stable retry is a
+        stable call of the same seconds), and trip the candidate on its evidence. `failed`: the failure kind."""
         state = self.router.state
-        if call.retry or state is None or state.candidate_version is None:
+        if state is None or state.candidate_version is None:
             return
         if candidate and self.guard(state.candidate_version).tripped:  # routed here again: the trip was cleared
             del self._guards[state.candidate_version]
         guard = self.guard(state.candidate_version)
-        arm = "candidate" if candidate else "stable"
-        if guard.observe(arm, failed):
+        if candidate and failed in INVALID_ANSWERS:
+            tripped = guard.invalid_answer()
+        else:
+            tripped = guard.observe("candidate" if candidate else "stable", failed is not None)
+        if tripped:
             self.router.trip(state.candidate_version, f"{guard.describe()}; last: {reason}")
 
     def _series(self, version: int) -> tuple[Any, Any]:

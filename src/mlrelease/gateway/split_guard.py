@@ -15,7 +15,12 @@ against log(1/α_j) with α_j = α · 6/(π² j²). Why that spends at most α i
 the likelihood-ratio product started at some earlier failure i ≤ j crosses 1/α_j ≥ 1/α_i, and by Ville's inequality
 the product started at i ever crosses 1/α_i with probability at most α_i; Σ_i α_i = α. The bound assumes failures
 independent given the traffic; bursts of a few correlated failures are measured by `bench/bench_verdict_sim.py`,
-not assumed away.
+not assumed away. Every model call counts by the version that made it: stable's retries of failed candidate calls
+are stable calls of the same seconds (a shared outage fails them too), so even a candidate that serves every cohort
+is compared with stable.
+
+NaN/inf and out-of-range answers are judged exactly, like the plan's zero limit on `nan_rate`: stable never gives one
+(it would be broken itself), so `invalid_to_trip` of them trip the candidate whatever the traffic split.
 """
 
 from __future__ import annotations
@@ -39,7 +44,13 @@ class SplitGuard:
     """
 
     def __init__(
-        self, *, ratio: float, alpha: float, window_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        ratio: float,
+        alpha: float,
+        window_s: float,
+        invalid_to_trip: int = 3,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if ratio <= 1 or not 0 < alpha < 1 or window_s <= 0:
             raise ValueError(
@@ -54,6 +65,8 @@ class SplitGuard:
         self._stable = 0.0
         self.evidence = 0.0  # the CUSUM of log likelihood ratios
         self.failures = 0  # failures weighed so far (j)
+        self.invalid_to_trip = invalid_to_trip
+        self.invalid = 0  # the candidate's NaN/inf or out-of-range answers
         self.tripped = False
 
     def share(self) -> float | None:
@@ -80,6 +93,14 @@ class SplitGuard:
             tripped = self._weigh(arm, self.share())
         self._count(now, arm, count)
         return tripped
+
+    def invalid_answer(self) -> bool:
+        """The candidate answered NaN/inf or out of range; True when this one trips the guard (a zero limit)."""
+        if self.tripped:
+            return False
+        self.invalid += 1
+        self.tripped = self.invalid >= self.invalid_to_trip
+        return self.tripped
 
     def _weigh(self, arm: str, share: float | None) -> bool:
         if share is None or not 0.0 < share < 1.0:
@@ -111,6 +132,8 @@ class SplitGuard:
 
     def describe(self) -> str:
         """Why it tripped, for the trip record and the alert."""
+        if self.invalid >= self.invalid_to_trip:
+            return f"the candidate answered NaN/inf or out of range {self.invalid} times (a zero limit)"
         return (
             f"hard failures fell on the candidate beyond its traffic share: log-evidence {self.evidence:.1f} ≥ "
             f"{self.threshold(self.failures):.1f} at failure {self.failures} (ratio {self.ratio:g} vs stable, "

@@ -154,21 +154,22 @@ class ShadowSpec(StrictModel):
     samples: int = Field(1000, ge=50, description="orders replayed through both versions")
     max_relative_diff: float = Field(0.15, gt=0, description="a row disagrees when |Δeta| / stable eta is above this")
     max_disagreement_share: float = Field(0.10, ge=0, le=1)
-    min_ks_pvalue: float = Field(0.01, ge=0, le=1, description="KS test of the two ETA distributions")
+    # The shadow tests' α: each spends its own share of the plan's budget (one per cohort for the per-cohort tests).
+    min_ks_pvalue: float = Field(0.001, ge=0, le=1, description="KS test of the two ETA distributions")
     latency_tolerance: float = Field(
         0.10, gt=0, le=10, description="the candidate may be this much slower (relative) than stable"
     )
-    latency_alpha: float = Field(0.01, gt=0, le=MAX_ALPHA)
+    latency_alpha: float = Field(0.001, gt=0, le=MAX_ALPHA)
     latency_min_pairs: int = Field(100, ge=20, description="interleaved call pairs before a latency verdict")
     latency_max_pairs: int = Field(2000, ge=20, description="at most this many pairs; then inconclusive")
     latency_on_inconclusive: OnInconclusive = "pause"
     shift_tolerance: float = Field(
         0.05, gt=0, le=10, description="per cohort, on the same orders: the mean ETA ratio may move this much"
     )
-    shift_alpha: float = Field(0.01, gt=0, le=MAX_ALPHA)
+    shift_alpha: float = Field(0.001, gt=0, le=MAX_ALPHA)
     # Served quality: the replayed orders' actual ETAs are known, so both versions' served answers are scored
     # against them on the same orders (see mlrelease.verdicts.served_quality).
-    quality_alpha: float = Field(0.01, gt=0, le=MAX_ALPHA, description="false-verdict rate of the quality contracts")
+    quality_alpha: float = Field(0.001, gt=0, le=MAX_ALPHA, description="false-verdict rate of the quality contracts")
     quality_mae_tolerance: float = Field(
         0.05, gt=0, le=1, description="the candidate's served MAE may be this much (relative) above the champion's"
     )
@@ -185,7 +186,7 @@ class ShadowSpec(StrictModel):
         0.05, gt=0, le=1, description="per cohort, the low-confidence share may move this much (absolute) either way"
     )
     quality_bootstrap: int = Field(
-        2000, ge=200, le=50_000, description="paired bootstrap resamples behind the P90 and calibration bands"
+        10_000, ge=200, le=50_000, description="paired bootstrap resamples behind the P90 and calibration bands"
     )
 
     @model_validator(mode="after")
