@@ -126,8 +126,12 @@ def _step_benchmark(args: argparse.Namespace, settings: Settings) -> dict[str, A
 
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
-    perf = PerfSettings(
-        concurrency_range=args.concurrency_range, measurement_interval_ms=args.measurement_interval, rounds=args.rounds
+    perf = PerfSettings(  # refuses a sweep or a test that cannot work (e.g. too few rounds for --max-false-fail)
+        measurement_interval_ms=args.measurement_interval,
+        rounds=args.rounds,
+        peak_concurrency=args.peak_concurrency,
+        peak_batch=args.peak_batch,
+        max_false_fail=args.max_false_fail,
     )
     return benchmark(
         settings,

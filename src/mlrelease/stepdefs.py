@@ -329,9 +329,12 @@ _DECLARED = (
             VERSION,
             param_arg("--max-p99-ratio", MAX_P99_RATIO),
             param_arg("--min-throughput-ratio", MIN_THROUGHPUT_RATIO),
-            Arg("--concurrency-range", default="1:4:3"),
-            Arg("--measurement-interval", "milliseconds per measurement window", type=int, default=1000),
-            Arg("--rounds", "interleaved rounds per version; medians are compared", type=int, default=3),
+            # The defaults are PerfSettings' (tests/unit/test_perf.py checks they agree).
+            Arg("--peak-concurrency", "highest concurrency of the sweep 1, 4, 16, ...", type=int, default=16),
+            Arg("--peak-batch", "rows per request at the peak (the gateway's micro-batches)", type=int, default=16),
+            Arg("--measurement-interval", "milliseconds per measurement window", type=int, default=500),
+            Arg("--rounds", "paired rounds over every level; the sign test counts harmed ones", type=int, default=9),
+            Arg("--max-false-fail", "declared rate of refusing a candidate at the tolerance", type=float, default=0.02),
         ),
         # perf_analyzer runs on a GPU node next to the GPU Triton it measures, from the Triton SDK image.
         resources=Resources(cpu="2", memory="2Gi", cpu_limit="4", memory_limit="4Gi", gpus=1),

@@ -15,7 +15,17 @@ Kinds:
   The model itself takes ~15-40 us of a ~1 ms Triton request here, so a request through Triton is only
   visibly slower for a factor in the tens to hundreds;
 - `scale`: one output (`output`: eta_prediction or confidence_score) is multiplied by `factor` (> 0) on
-  the selected rows; a scaled confidence_score is clipped to [0, 1].
+  the selected rows; a scaled confidence_score is clipped to [0, 1];
+- `batch_cost`: the same answers, but the cost of a call grows with the square of its rows: a batch of
+  16 rows takes about `factor` (default 20, at most 50) times as long as a batch of 1 inside ONNX Runtime
+  (the good model's batch of 16 costs ~2x its batch of 1; this copy's batch of 1 ~1.5-2x the good one's,
+  a few tens of us of a ~1 ms Triton request). A candidate that looks fine one request at a time and
+  collapses under the batching of a busy hour. eta_prediction waits on the Gram matrix of the input's first
+  64 rows tiled r times ([16 r, 16 r] for 16 rows; rows past the 64th, the preferred batch of the config, add
+  no work, so memory stays bounded), whose sum only picks between eta and eta: the answers are bit-for-bit
+  those of the good model. r (at most 64) is sized when the fault is built by timing batches of 16 and of 1
+  through the faulty copy with onnxruntime on the building machine (one intra-op thread, as the CPU Triton's
+  model.py runs it); like `slow`, the bytes are not reproducible and a busy machine sizes it less precisely.
 
 Rows (`nan` and `scale`): every row by default; `only_where="is_remote"` selects the rows where that 0/1
 feature is set, and `and_above=("weight_kg", 10.0)` the rows where that feature is strictly above the
@@ -38,7 +48,7 @@ from mlrelease.model.onnx_export import INPUT, OUTPUTS
 if TYPE_CHECKING:
     from onnx import GraphProto, ModelProto
 
-FAULT_KINDS = ("nan", "error", "slow", "scale")
+FAULT_KINDS = ("nan", "error", "slow", "scale", "batch_cost")
 
 # The optional parameters each kind accepts; passing another one is refused rather than ignored.
 _PARAMETERS: dict[str, frozenset[str]] = {
@@ -46,12 +56,19 @@ _PARAMETERS: dict[str, frozenset[str]] = {
     "error": frozenset(),
     "slow": frozenset({"factor"}),
     "scale": frozenset({"only_where", "and_above", "and_below", "output", "factor"}),
+    "batch_cost": frozenset({"factor"}),
 }
 SLOW_DEFAULT_FACTOR = 3.0
 SLOW_MAX_FACTOR = 1000.0
 _SLOW_WIDTH = 4 * len(FEATURES)  # columns of the busy matrix: the input's column sums tiled 4 times
 _SLOW_LAYERS = 2  # chained MatMuls; the matrix's row count is what the sizing chooses
 _SLOW_MAX_ROWS = 1 << 17  # 29 MB per busy matrix
+BATCH_COST_DEFAULT_FACTOR = 20.0
+BATCH_COST_MAX_FACTOR = 50.0  # about what the most work (r = 64) reaches on this machine's CPU
+BATCH_COST_ROWS = 16  # the batch `factor` is about: the rows of one request at the benchmark's peak
+_BATCH_COST_MAX_TILES = 64  # r: at most a 1024 x 1024 Gram matrix for 16 rows (4 MB)
+_BATCH_COST_WIDTH = 8  # the features tiled 8 times across: more work per float of the Gram matrix
+_BATCH_COST_CAP = 64  # rows past the 64th add no work (a 4096 x 4096 Gram matrix at most: 64 MB)
 
 
 def faulty_model(
@@ -91,6 +108,8 @@ def faulty_model(
         _scale(model.graph, _scale_output(output), _scale_factor(factor), mask)
     elif kind == "slow":
         model = _slow(model, model_bytes, _slow_factor(factor))
+    elif kind == "batch_cost":
+        model = _batch_cost(model, _batch_cost_factor(factor))
     else:
         _wider_input(model.graph)
     onnx.checker.check_model(model, full_check=True)
@@ -316,22 +335,104 @@ def _slowdown(good: Any, slow: Any, rounds: int = 15, calls: int = 20, budget_s:
     At least 3 rounds, and fewer than `rounds` once `budget_s` is spent (a very slow copy).
     """
     feed = {INPUT: np.zeros((1, len(FEATURES)), dtype=np.float32)}
-
-    def median_call(session: Any) -> float:
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            session.run(None, feed)
-            times.append(time.perf_counter() - start)
-        return float(np.median(times))
-
     rounds_good: list[float] = []
     rounds_slow: list[float] = []
     deadline = time.perf_counter() + budget_s
     while len(rounds_slow) < rounds and (len(rounds_slow) < 3 or time.perf_counter() < deadline):
-        rounds_good.append(median_call(good))  # interleaved, so a machine that gets busier slows both alike
-        rounds_slow.append(median_call(slow))
+        rounds_good.append(_median_call(good, feed, calls))  # interleaved: a machine getting busier slows both
+        rounds_slow.append(_median_call(slow, feed, calls))
     return float(np.median(rounds_slow) / np.median(rounds_good))
+
+
+def _median_call(session: Any, feed: dict[str, np.ndarray], calls: int) -> float:
+    """The median wall time of `calls` runs of `session` on `feed`, in seconds."""
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        session.run(None, feed)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+# --- batch_cost ----------------------------------------------------------------------------------
+
+
+def _batch_cost_factor(factor: float | None) -> float:
+    """The batch_cost factor: the default when not given, else a number in (1, BATCH_COST_MAX_FACTOR]."""
+    if factor is None:
+        return BATCH_COST_DEFAULT_FACTOR
+    if not _finite(factor) or not 1 < factor <= BATCH_COST_MAX_FACTOR:
+        raise ValueError(f"batch_cost needs a factor in (1, {BATCH_COST_MAX_FACTOR:g}], got {factor!r}")
+    return float(factor)
+
+
+def _batch_cost(model: ModelProto, factor: float) -> ModelProto:
+    """A copy of `model` whose batch of BATCH_COST_ROWS rows costs about `factor` times its batch of 1.
+
+    The tile count r climbs 1, 2, 4, ... until the measured ratio reaches `factor`, then is interpolated
+    between the last two steps; the good model alone may already be past a factor close to 1 (r = 1).
+    """
+    tiles, below = 1, (0, 1.0)
+    while True:
+        costly = _with_quadratic_work(model, tiles)
+        ratio = _batch_ratio(_session(costly.SerializeToString()))
+        if ratio >= factor or tiles >= _BATCH_COST_MAX_TILES:
+            break
+        below, tiles = (tiles, ratio), tiles * 2
+    if tiles == 1 or ratio < factor:  # already past it with the least work, or as costly as it gets
+        return costly
+    fewer, fewer_ratio = below
+    # The extra cost is quadratic in r: interpolate on r^2, where the ratio is roughly linear.
+    share = (factor - fewer_ratio) / (ratio - fewer_ratio)
+    between = round(math.sqrt(fewer**2 + share * (tiles**2 - fewer**2)))
+    return costly if between == tiles else _with_quadratic_work(model, between)
+
+
+def _with_quadratic_work(model: ModelProto, tiles: int) -> ModelProto:
+    """A copy of `model` whose eta_prediction waits on the Gram matrix of the input's rows tiled `tiles` times.
+
+    For N rows that is an [N tiles, N tiles] MatMul over the features (N capped at 64): work grows with N^2, then
+    stays flat, so no batch can exhaust memory (the parity checks run thousands of rows). Its sum only picks
+    the condition of a Where between eta and eta, so the answers stay bit-for-bit the same whatever the input.
+    """
+    from onnx import ModelProto, helper, numpy_helper
+
+    copy = ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    before = _detach_output(graph, "eta_prediction")
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array([0], dtype=np.int64), "fault_first"),
+            numpy_helper.from_array(np.array([_BATCH_COST_CAP], dtype=np.int64), "fault_cap"),
+            numpy_helper.from_array(np.array([0], dtype=np.int64), "fault_axis0"),
+            numpy_helper.from_array(np.array([tiles, _BATCH_COST_WIDTH], dtype=np.int64), "fault_row_tiles"),
+            numpy_helper.from_array(np.array(0.0, dtype=np.float32), "fault_zero"),
+        ]
+    )
+    graph.node.extend(
+        [
+            helper.make_node("Slice", [INPUT, "fault_first", "fault_cap", "fault_axis0"], ["fault_head"]),
+            helper.make_node("Tile", ["fault_head", "fault_row_tiles"], ["fault_rows"]),
+            helper.make_node("Transpose", ["fault_rows"], ["fault_columns"], perm=[1, 0]),
+            helper.make_node("MatMul", ["fault_rows", "fault_columns"], ["fault_gram"]),
+            helper.make_node("ReduceSum", ["fault_gram"], ["fault_total"], keepdims=0),
+            helper.make_node("Greater", ["fault_total", "fault_zero"], ["fault_either"]),
+            helper.make_node("Where", ["fault_either", before, before], ["eta_prediction"]),
+        ]
+    )
+    return copy
+
+
+def _batch_ratio(session: Any, rounds: int = 9, calls: int = 20) -> float:
+    """How many times longer `session` takes on BATCH_COST_ROWS all-zero rows than on one: medians of rounds."""
+    small = {INPUT: np.zeros((1, len(FEATURES)), dtype=np.float32)}
+    large = {INPUT: np.zeros((BATCH_COST_ROWS, len(FEATURES)), dtype=np.float32)}
+    ones, batches = [], []
+    for _ in range(rounds):  # interleaved, so a machine that gets busier slows both alike
+        ones.append(_median_call(session, small, calls))
+        batches.append(_median_call(session, large, calls))
+    return float(np.median(batches) / np.median(ones))
 
 
 # --- error ---------------------------------------------------------------------------------------
@@ -362,6 +463,9 @@ NOT_HIGH_VALUE = (("tier", 1.5), ("declared_value", 1000.0))  # the gateway's hi
 CANDIDATE_DRILLS: dict[str, dict[str, Any]] = {
     # ~400x the model's own time: ~10 ms more per request; perf_analyzer and shadow's paired test see it
     "slow": {"kind": "slow", "factor": 400},
+    # a batch of 16 rows costs ~20x a batch of 1 (a single row barely more than the champion's): the benchmark's
+    # peak level (16 requests of 16 rows) refuses it; a sweep of single rows at concurrency <= 16 did not see it
+    "batch_cost": {"kind": "batch_cost", "factor": 20},
     # NaN on remote routes: a hard failure per request; validate-serving or shadow refuse it before traffic
     "errors": {"kind": "nan", "only_where": "is_remote"},
     # confidence halved on the long tail only: shadow's served-quality check (the long tail's low-confidence

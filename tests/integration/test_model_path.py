@@ -31,7 +31,7 @@ from tests.conftest import HISTORY, WINDOW_END, WINDOW_START, free_port
 pytestmark = pytest.mark.integration
 WINDOW = Window.parse(WINDOW_START, WINDOW_END)
 NEXT_WINDOW = Window(WINDOW.start + timedelta(days=1), WINDOW.end + timedelta(days=1))
-FAST_PERF = PerfSettings(measurement_interval_ms=500, rounds=2)
+FAST_PERF = PerfSettings(rounds=6)  # for a bootstrap (one round) and steps refused before perf_analyzer runs
 
 
 @pytest.fixture(scope="module")
@@ -268,18 +268,41 @@ def test_broken_version_fails_serving_and_champion_keeps_serving(world, bootstra
 
 
 def test_second_candidate_is_benchmarked_against_the_champion(world, bootstrapped):
+    """A healthy retrained candidate (same quality, its own bytes) passes the shipped gate, limits and test alike."""
     trained = train(world, NEXT_WINDOW)
     version = trained["model_version"]
     assert trained["champion_version"] == 1 and "vs champion" in trained["decision"]
     exported = export(world, version)
     assert exported["served_versions"] == [1, version]
+    served = [(version_dir(model_repository(world), MODEL_NAME, v) / "model.onnx").read_bytes() for v in (1, version)]
+    assert served[0] != served[1]  # retrained, not a copy: the gate must tell "as fast" from "the very same"
     validate_serving(world, version)
-    # The gate's arithmetic is unit-tested; here the thresholds are loose so a noisy machine cannot flake it.
-    result = benchmark(world, version, max_p99_ratio=5.0, min_throughput_ratio=0.2, perf=FAST_PERF)
-    assert result["status"] == "passed" and result["rounds"] == 2
+    result = benchmark(world, version)  # p99 x1.10, throughput x0.90, PerfSettings(): what the nightly run uses
+    perf = PerfSettings()
+    assert result["status"] == "passed" and result["rounds"] == perf.rounds
+    assert result["harmed_rounds"] < result["fail_at"] == 8 and result["false_fail_rate"] == pytest.approx(10 / 512)
     assert set(result["levels"]) == {f"challenger v{version}", "champion v1"}
-    assert [lv["concurrency"] for lv in result["levels"]["champion v1"]] == [1, 4]
+    assert [(lv["concurrency"], lv["batch"]) for lv in result["levels"]["champion v1"]] == list(perf.levels)
+    assert set(result["first_in_round"]) <= {"challenger", "champion"} and len(result["first_in_round"]) == 9
     assert Registry.from_settings(world).alias_version(CHAMPION) == 1  # promotion is not the benchmark's job
+
+
+def test_a_candidate_whose_batches_cost_much_more_is_refused_by_the_shipped_gate(world, bootstrapped, monkeypatch):
+    """Right answers, a single row about as fast, but a batch of 16 rows ~20x a batch of 1: refused at the peak."""
+    from mlrelease.steps.export import DRILL_ENV
+
+    # Its own data interval (half a day later), so train registers a new version of the champion's quality.
+    window = Window(WINDOW.start + timedelta(hours=12), WINDOW.end + timedelta(hours=12))
+    version = train(world, window)["model_version"]
+    monkeypatch.setenv(DRILL_ENV, "batch_cost")  # what `make run CANDIDATE_FAULT=batch_cost` injects at export
+    export(world, version)
+    monkeypatch.delenv(DRILL_ENV)
+    validate_serving(world, version)  # its answers are the model's, bit for bit: every correctness check passes
+    with pytest.raises(GateFailed, match=rf"version {version} is too slow against champion 1 \(9 paired rounds\)"):
+        benchmark(world, version)  # the shipped limits and PerfSettings()
+    tags = Registry.from_settings(world).version_tags(version)
+    assert tags["drill_fault"] == "batch_cost" and tags["benchmark_status"] == "failed"
+    assert tags["benchmark_reason"].startswith("beyond the tolerance (p99 x1.1, throughput x0.9)")
 
 
 def test_triton_down_is_a_clear_error_that_changes_nothing(world, bootstrapped, monkeypatch):

@@ -161,8 +161,42 @@ def test_slow_gives_the_same_answers(sample):
             np.testing.assert_array_equal(slow, good)
 
 
+def test_batch_cost_gives_the_same_answers(sample):
+    model_bytes, X = sample
+    broken = faulty_model(model_bytes, "batch_cost", factor=3.0)
+    assert broken != model_bytes
+    odd = X[:4].copy()
+    odd[0, 1], odd[1, 2], odd[2, :] = np.nan, np.inf, -np.inf  # the Gram matrix meets NaN and inf too
+    for rows in (X, X[:1], X[:16], odd):
+        for good, costly in zip(run_onnx(model_bytes, rows), run_onnx(broken, rows), strict=True):
+            np.testing.assert_array_equal(costly, good)
+
+
+def _gram_side(model_bytes: bytes, rows: int) -> int:
+    """The side of the batch_cost fault's Gram matrix for a batch of `rows` rows (exposed as an extra output)."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load_from_string(model_bytes)
+    model.graph.output.append(onnx.helper.make_empty_tensor_value_info("fault_gram"))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (gram,) = session.run(["fault_gram"], {"features": np.zeros((rows, len(FEATURES)), dtype=np.float32)})
+    assert gram.shape[0] == gram.shape[1]
+    return int(gram.shape[0])
+
+
+def test_batch_cost_work_grows_with_the_square_of_the_batch_up_to_a_cap(sample):
+    model_bytes, _ = sample
+    broken = faulty_model(model_bytes, "batch_cost")  # the drill's default: a batch of 16 costs ~20x one row
+    tiles = _gram_side(broken, 1)
+    assert tiles > 1  # sized up: the good model's own batch of 16 costs only ~2x its single row
+    # A MatMul of an [n, w] matrix by its transpose costs n^2 w: 16 rows do 256x the work of one.
+    assert _gram_side(broken, 16) == 16 * tiles
+    assert _gram_side(broken, 3000) == 64 * tiles  # rows past the 64th add no work: memory stays bounded
+
+
 def test_fault_kinds():
-    assert FAULT_KINDS == ("nan", "error", "slow", "scale")
+    assert FAULT_KINDS == ("nan", "error", "slow", "scale", "batch_cost")
 
 
 @pytest.mark.parametrize(
@@ -185,6 +219,9 @@ def test_fault_kinds():
         ("slow", {"factor": 1.0}, r"slow needs a factor in \(1, 1000\], got 1.0"),
         ("slow", {"factor": 5000}, r"slow needs a factor in \(1, 1000\], got 5000"),
         ("slow", {"factor": "3"}, r"slow needs a factor in \(1, 1000\], got '3'"),
+        ("batch_cost", {"factor": 1.0}, r"batch_cost needs a factor in \(1, 50\], got 1.0"),
+        ("batch_cost", {"factor": 100}, r"batch_cost needs a factor in \(1, 50\], got 100"),
+        ("batch_cost", {"output": "eta_prediction"}, r"fault kind 'batch_cost' takes no output"),
     ],
 )
 def test_bad_arguments_are_refused(sample, kind, options, message):

@@ -1,7 +1,8 @@
-"""Step `benchmark`: perf_analyzer on challenger and champion in paired rounds; a sign test on p99 and throughput."""
+"""Step `benchmark`: perf_analyzer on challenger and champion in paired rounds up to a peak load; one sign test."""
 
 from __future__ import annotations
 
+import random
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -32,21 +33,53 @@ def _check_served(settings: Settings, client: TritonClient, registry: Registry, 
 
 
 def measure(
-    settings: Settings, url: str, runs: list[tuple[str, int]], n_rounds: int, perf: PerfSettings, out: Path
-) -> tuple[dict[str, list[list[Level]]], list[dict[str, int]]]:
-    """Interleaved perf_analyzer rounds (order alternates each round); CSVs land in `out`."""
+    settings: Settings,
+    url: str,
+    runs: list[tuple[str, int]],
+    n_rounds: int,
+    perf: PerfSettings,
+    out: Path,
+    coin: random.Random | None = None,
+) -> tuple[dict[str, list[list[Level]]], list[dict[str, int]], list[str]]:
+    """Paired rounds over every level of `perf`; CSVs land in `out`.
+
+    Returns each version's levels per round, the stability % each version needed per round (its loosest), and
+    which version ran first in each round.
+    """
     binary, env = perf_analyzer_command(settings)
+    coin = coin or random.Random()
     rounds: dict[str, list[list[Level]]] = {label: [] for label, _ in runs}
-    stabilities = []
+    stabilities, first = [], []
     for n in range(1, n_rounds + 1):
-        used = {}
-        for label, v in runs if n % 2 else list(reversed(runs)):
-            levels, used[label] = run_perf_analyzer(
-                binary, env, url, MODEL_NAME, v, out / f"{label}_v{v}_round{n}.csv", perf
-            )
-            rounds[label].append(levels)
+        # One fair coin per round orders the versions for all its levels: at the tolerance, which run is called
+        # challenger is then a coin flip, which is what makes the sign test over rounds exact (perf.compare).
+        order = runs if coin.random() < 0.5 else list(reversed(runs))
+        measured, used = _measure_round(binary, env, url, order, perf, out, n)
+        for label in rounds:
+            rounds[label].append(measured[label])
         stabilities.append(used)
-    return rounds, stabilities
+        first.append(order[0][0])
+    return rounds, stabilities, first
+
+
+def _measure_round(
+    binary: Path, env: dict[str, str], url: str, order: list[tuple[str, int]], perf: PerfSettings, out: Path, n: int
+) -> tuple[dict[str, list[Level]], dict[str, int]]:
+    """Round `n`: each level on each version in `order`; the levels per version, and the loosest stability used."""
+    measured: dict[str, list[Level]] = {label: [] for label, _ in order}
+    used: dict[str, int] = {}
+    for concurrency, batch in perf.levels:
+        for label, v in order:  # back to back per level: the pair shares the machine's state
+            levels, stability = run_perf_analyzer(
+                *(binary, env, url, MODEL_NAME, v, out / f"{label}_v{v}_round{n}_c{concurrency}x{batch}.csv"),
+                perf,
+                timeout_s=perf.level_timeout_s,
+                concurrency=concurrency,
+                batch=batch,
+            )
+            measured[label] += levels
+            used[label] = max(used.get(label, 0), stability)
+    return measured, used
 
 
 def log_evidence(
@@ -61,14 +94,16 @@ def log_evidence(
             mlflow.log_artifact(str(path), "benchmark")
         for level in series[f"challenger v{version}"]:
             mlflow.log_metrics(
-                {
-                    f"perf_p99_us_c{level.concurrency}": level.p99_us,
-                    f"perf_throughput_c{level.concurrency}": level.throughput,
-                }
+                {f"perf_p99_us_{level.name}": level.p99_us, f"perf_throughput_{level.name}": level.throughput}
             )
         if verdict is not None:
             mlflow.log_metrics(
-                {"perf_p99_ratio": verdict.worst_p99_ratio, "perf_throughput_ratio": verdict.worst_throughput_ratio}
+                {
+                    "perf_p99_ratio": verdict.worst_p99_ratio,
+                    "perf_throughput_ratio": verdict.worst_throughput_ratio,
+                    "perf_harmed_rounds": verdict.harmed_rounds,
+                    "perf_false_fail_rate": verdict.false_fail_rate,
+                }
             )
 
 
@@ -95,7 +130,8 @@ def benchmark(
 
     with tempfile.TemporaryDirectory(prefix="mlrelease-perf-") as tmp:
         # Bootstrap has nothing to compare with: one round records the candidate's numbers.
-        rounds, stabilities = measure(settings, client.url, runs, perf.rounds if baseline else 1, perf, Path(tmp))
+        n_rounds = perf.rounds if baseline else 1
+        rounds, stabilities, first = measure(settings, client.url, runs, n_rounds, perf, Path(tmp))
         series = {f"{label} v{v}": median_levels(rounds[label]) for label, v in runs}
         verdict = None
         if baseline is not None:
@@ -104,6 +140,7 @@ def benchmark(
                 rounds["champion"],
                 max_p99_ratio=max_p99_ratio,
                 min_throughput_ratio=min_throughput_ratio,
+                max_false_fail=perf.max_false_fail,
             )
         log_evidence(registry, version, Path(tmp), series, verdict)
 
@@ -112,6 +149,8 @@ def benchmark(
         "champion_version": champion,
         "rounds": len(stabilities),
         "stability_percentage": stabilities,
+        "first_in_round": first,
+        "peak": {"concurrency": perf.peak_concurrency, "batch": perf.peak_batch},
         "levels": {name: [lv.__dict__ for lv in levels] for name, levels in series.items()},
     }
     if verdict is None:
@@ -125,14 +164,22 @@ def benchmark(
     )
     if not verdict.passed:
         raise GateFailed(
-            f"version {version} is too slow against champion {champion} ({perf.rounds} paired rounds): {verdict.reason}"
+            f"version {version} is too slow against champion {champion} ({verdict.rounds} paired rounds): "
+            f"{verdict.reason}"
         )
+    return {**result, "status": "passed", **_verdict_fields(verdict)}
+
+
+def _verdict_fields(verdict: Verdict) -> dict[str, Any]:
+    """The gate's evidence as the step's result keeps it (the summary and the report read the first three)."""
     return {
-        **result,
-        "status": "passed",
         "verdict": verdict.reason,
         "p99_ratio": verdict.worst_p99_ratio,
         "throughput_ratio": verdict.worst_throughput_ratio,
         "pairs": verdict.pairs,
+        "harmed_rounds": verdict.harmed_rounds,
+        "fail_at": verdict.fail_at,
         "false_fail_rate": verdict.false_fail_rate,
+        "round_statistics": list(verdict.round_statistics),
+        "worst": verdict.worst,
     }
