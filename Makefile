@@ -49,7 +49,7 @@ ROWS_PER_DAY ?= 6000
 # `mlrelease data generate --inject`: nulls, drift, schema, stale, duplicates, late_events, empty_partition, stuck_column,
 # republished, orphans, naive_timestamps, units)
 INJECT ?=
-# Derive a bad candidate tonight to watch a gate stop it: make run CANDIDATE_FAULT=slow (errors|low_confidence_long_tail|overconfident|shifted_high_value)
+# Derive a bad candidate tonight to watch a gate stop it: make run CANDIDATE_FAULT=slow (errors|low_confidence_long_tail|overconfident|shifted_high_value|batch_cost)
 CANDIDATE_FAULT ?=
 
 .PHONY: help setup system-run system-test run test test-fast lint bench render-pods clean

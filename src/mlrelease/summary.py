@@ -161,11 +161,12 @@ def format_summary(settings: Settings, end: datetime) -> str:
         lines.append(f"  {task:<16} not run" if outcome is None else _outcome_line(task, outcome, step_detail))
     bench = outcomes.get("benchmark", {}).get("result", {})
     if bench.get("levels"):
-        lines += ["", "  perf_analyzer (median of rounds)  concurrency  infer/s   p50 ms   p99 ms"]
+        lines += ["", "  perf_analyzer (median of rounds)  conc.×rows  infer/s   p50 ms   p99 ms"]
         for name, levels in bench["levels"].items():
             for lv in levels:
+                level = f"{lv['concurrency']}×{lv.get('batch', 1)}"  # the peak sends batched requests
                 lines.append(
-                    f"  {name:<32} {lv['concurrency']:>11}  {lv['throughput']:>7.0f}  "
+                    f"  {name:<32} {level:>11}  {lv['throughput']:>7.0f}  "
                     f"{lv['p50_us'] / 1000:>7.2f}  {lv['p99_us'] / 1000:>7.2f}"
                 )
     lines += rollout_lines(settings, end, outcomes)

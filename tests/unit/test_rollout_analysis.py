@@ -280,7 +280,8 @@ def test_shadow_judges_each_cohorts_eta_shift_on_the_same_orders():
     }
     assert report["disagreement_share"] == 0.0
     assert breaches(report, spec) == [
-        "high_value ETAs moved beyond ±5% on the same orders: mean ratio 1.100 (band 1.100 … 1.100 at α=0.001, 260 rows)"
+        "high_value ETAs moved beyond ±5% on the same orders: mean ratio 1.100 (band 1.100 … 1.100 at α=0.001, "
+        "260 rows)"
     ]
     identical = cohort_shifts(stable.copy(), stable, cohorts, spec)  # a byte-identical copy: exact, not open
     assert all(s["verdict"] == "pass" and s["band"] == [1.0, 1.0] for s in identical.values())

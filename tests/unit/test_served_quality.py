@@ -207,7 +207,8 @@ def test_quality_fields_out_of_range_are_refused(field, value):
 
 
 def test_too_few_resamples_for_alpha_are_refused():
-    with pytest.raises(ValidationError, match="quality_bootstrap 500 is too few for quality_alpha 0.001: need at least 10000"):
+    too_few = "quality_bootstrap 500 is too few for quality_alpha 0.001: need at least 10000"
+    with pytest.raises(ValidationError, match=too_few):
         ShadowSpec(quality_bootstrap=500)
 
 
