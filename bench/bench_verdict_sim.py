@@ -188,7 +188,7 @@ def _cut(total: dict, suspect: dict[int, dict], cut: set[int]) -> dict:
 def _timeline(since: datetime, until: datetime, *per_second: np.ndarray) -> CallTimeline:
     """The stage's per-second counts up to `until`, as the product's CallTimeline."""
     n = int(math.ceil((until - since).total_seconds()))
-    pad = lambda a: np.pad(a, (0, max(n - len(a), 0)))[:n]  # noqa: E731
+    pad = lambda a: a[:n] if len(a) >= n else np.pad(a, (0, n - len(a)))  # noqa: E731  (views: read only)
     return CallTimeline(since.timestamp(), *(pad(a) for a in per_second))
 
 
@@ -244,15 +244,16 @@ class SumSource:
 
     location = "simulated"
 
-    def __init__(self, opened: float, stage: traffic.StageTraffic, cohorts: tuple[str, ...], slice_s: float) -> None:
+    def __init__(
+        self, opened: float, stage: traffic.StageTraffic, cohorts: tuple[str, ...], slice_s: float, seconds: int
+    ) -> None:
         self.opened, self.stage, self.cohorts, self.slice_s = opened, stage, cohorts, slice_s
         self.units = tuple(np.asarray(u, np.int64) for u in stage.assignment.users)
         self.blocks = self._blocks()
         self.total = {key: _zeros(len(self.units[arm])) for key, arm, _ in self.blocks}
         self.suspect: dict[int, dict[tuple[str, int], CohortWindow]] = {}
-        self.calls = np.zeros(0)
-        self.stable_requests = np.zeros(0)
-        self.stable_failures = np.zeros(0)
+        # the timeline for the stage's longest exposure at once (growing it tick by tick copied it every tick)
+        self.calls, self.stable_requests, self.stable_failures = np.zeros((3, seconds))
 
     def _blocks(self) -> list[tuple[tuple[str, int], int, slice]]:
         """(cohort, version), arm and the cohort's users within the arm, for every cohort with users in the arm."""
@@ -488,7 +489,9 @@ def _open(run: Rollout, action: Action, now: datetime) -> None:
     else:
         assert run.model is not None
         assignment = traffic.assign(run.world, candidate_percent(run.state, run.plan))
-        run.source = SumSource(run.clock, traffic.stage_traffic(run.model, assignment), cohorts, slice_s)
+        spec = run.plan.stages[run.state.stage]
+        seconds = int(spec.max_exposure_s[run.profile] + 2 * spec.check_every_s[run.profile])
+        run.source = SumSource(run.clock, traffic.stage_traffic(run.model, assignment), cohorts, slice_s, seconds)
 
 
 def _traffic(run: Rollout, step_s: float) -> None:
