@@ -125,6 +125,7 @@ def analyze_stage(
     final: bool = False,
     tripped: str | None = None,
     max_gap_s: float,
+    before: tuple[datetime, datetime] | None = None,
 ) -> StageAnalysis:
     """Judge the stage so far; `tripped` is the fast guard's reason, if any.
 
@@ -133,6 +134,8 @@ def analyze_stage(
     :param exposed_enough: the stage's minimum exposure is over (`accept` contracts resolve).
     :param final: the stage is at its maximum exposure (every open question resolves as the plan says).
     :param max_gap_s: a silence without model calls longer than this is an outage (the plan's `max_gap_s`).
+    :param before: the stretch before the rollout started (every user on stable): each user's sums there are the
+        covariate that takes the arms' difference in users out of every comparison with stable (CUPED).
     """
     outages = find_outages(source.timeline(opened_at, now, stable), max_gap_s)
     current = source.windows(opened_at, now, exclude=[(o.start, o.end) for o in outages if o.kind == "stable_failed"])
@@ -140,6 +143,7 @@ def analyze_stage(
     why = f"serving is down ({ongoing[0].describe()})" if ongoing else ""
     pool = open_cohorts(stage, cohorts, excluded)
     arms = _windows(current, (candidate, stable), pool)
+    baseline = _windows(source.windows(*before), (stable,), pool) if before else {}
     results: list[GuardrailResult] = []
     samples: dict[str, dict[str, int]] = {}
     for guardrail in stage.guardrails:
@@ -148,7 +152,7 @@ def analyze_stage(
                 continue
             mine, control = arms.get((cohort, candidate), EMPTY), arms.get((cohort, stable), EMPTY)
             samples[cohort] = {"candidate": mine.requests, "stable": control.requests}
-            result = evaluate(guardrail, cohort, mine, control)
+            result = evaluate(guardrail, cohort, mine, control, baseline.get((cohort, stable), EMPTY))
             if not ongoing:  # while serving is down an open question is never resolved by `on_inconclusive`
                 result = resolve_inconclusive(result, guardrail, exposed_enough=exposed_enough, final=final)
             results.append(result)

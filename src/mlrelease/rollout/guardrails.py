@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from mlrelease.rollout.plan import RELATIVE, Guardrail
-from mlrelease.rollout.windows import EMPTY, LATENCY_BOUNDS_S, CohortWindow
+from mlrelease.rollout.windows import EMPTY, LATENCY_BOUNDS_S, CohortWindow, aligned
 from mlrelease.verdicts.decide import ON_INCONCLUSIVE, SEVERITY, Verdict, decide, worst
-from mlrelease.verdicts.sequential import Band, Ratio, clustered_ratio, ratio_difference, ratio_level
+from mlrelease.verdicts.sequential import Band, UserSums, adjusted_difference, clustered_ratio, ratio_level
 
 __all__ = ["EMPTY", "SEVERITY", "CohortWindow", "GuardrailResult", "Verdict", "evaluate", "worst"]
 
@@ -60,19 +60,30 @@ def tail_bound(guardrail: Guardrail, stable: CohortWindow) -> int:
     return int(within[0]) if len(within) else len(LATENCY_BOUNDS_S) - 1
 
 
-def _ratio(guardrail: Guardrail, window: CohortWindow, bound: int) -> Ratio:
+def _sums(guardrail: Guardrail, window: CohortWindow, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """The per-user numerator and denominator the guardrail's ratio is taken over."""
     if guardrail.metric == "latency_tail":
-        return clustered_ratio(window.slow[:, bound], window.calls, share=True)
+        return window.slow[:, bound], window.calls
     numerator, denominator = RATIOS[guardrail.metric]
-    share = guardrail.metric not in RELATIVE
-    return clustered_ratio(getattr(window, numerator), getattr(window, denominator), share=share)
+    return getattr(window, numerator), getattr(window, denominator)
 
 
-def band_for(guardrail: Guardrail, candidate: CohortWindow, stable: CohortWindow) -> tuple[Band, float, float | None]:
+def _user_sums(guardrail: Guardrail, window: CohortWindow, before: CohortWindow, bound: int) -> UserSums:
+    """An arm's per-user sums in the window beside the same users' sums before the rollout (the covariate)."""
+    y, n = _sums(guardrail, window, bound)
+    x, m = _sums(guardrail, aligned(before, window.units), bound)
+    return UserSums(y, n, x, m)
+
+
+def band_for(
+    guardrail: Guardrail, candidate: CohortWindow, stable: CohortWindow, before: CohortWindow = EMPTY
+) -> tuple[Band, float, float | None]:
     """The confidence band of the guardrail's difference, the candidate's value and the control's value.
 
     Shares are of requests (or of distinct answers); relative metrics are means on the log scale, reported as
-    geometric means. Every variance is clustered by user (see `mlrelease.verdicts.sequential.clustered_ratio`).
+    geometric means. Every variance is clustered by user (see `mlrelease.verdicts.sequential.clustered_ratio`), and a
+    comparison with stable is adjusted on each user's own pre-rollout sums in `before` (CUPED, see
+    `mlrelease.verdicts.sequential.adjusted_difference`); a limit has no control arm to adjust against.
     """
     alpha, tuned = guardrail.alpha, guardrail.min_samples
     if alpha is None:
@@ -80,11 +91,18 @@ def band_for(guardrail: Guardrail, candidate: CohortWindow, stable: CohortWindow
             raise ValueError(f"{guardrail.describe()}: its α is unset; judge with RolloutPlan.allocated(cohorts)")
         alpha = 0.01  # a zero limit is decided exactly; its band is shown for the record only
     bound = tail_bound(guardrail, stable) if guardrail.metric == "latency_tail" else 0
-    mine = _ratio(guardrail, candidate, bound)
+    share = guardrail.metric not in RELATIVE
+    mine = clustered_ratio(*_sums(guardrail, candidate, bound), share=share)
     if guardrail.limit is not None:
         return ratio_level(mine, guardrail.limit, alpha=alpha, tuned_at=tuned), mine.estimate, None
-    theirs = _ratio(guardrail, stable, bound)
-    band = ratio_difference(mine, theirs, alpha=alpha, tuned_at=tuned)
+    theirs = clustered_ratio(*_sums(guardrail, stable, bound), share=share)
+    band = adjusted_difference(
+        _user_sums(guardrail, candidate, before, bound),
+        _user_sums(guardrail, stable, before, bound),
+        share=share,
+        alpha=alpha,
+        tuned_at=tuned,
+    )
     if guardrail.metric in RELATIVE:
         return band, _exp(mine.estimate), _exp(theirs.estimate)
     return band, mine.estimate, theirs.estimate
@@ -94,9 +112,12 @@ def _exp(value: float) -> float:
     return float(np.exp(value)) if np.isfinite(value) else math.nan
 
 
-def evaluate(guardrail: Guardrail, cohort: str, candidate: CohortWindow, stable: CohortWindow) -> GuardrailResult:
-    """Judge one contract on one cohort: continue below `min_samples` per arm, else what the band shows."""
-    band, mine, theirs = band_for(guardrail, candidate, stable)
+def evaluate(
+    guardrail: Guardrail, cohort: str, candidate: CohortWindow, stable: CohortWindow, before: CohortWindow = EMPTY
+) -> GuardrailResult:
+    """Judge one contract on one cohort: continue below `min_samples` per arm, else what the band shows; `before` is
+    the cohort's pre-rollout window (every user on stable), the covariate of a comparison with stable."""
+    band, mine, theirs = band_for(guardrail, candidate, stable, before)
     tolerance = guardrail.log_tolerance
     contract = guardrail.describe()
     if guardrail.limit == 0 and guardrail.tolerance == 0 and (mine or 0) > 0:

@@ -56,6 +56,7 @@ class RolloutState:
     stage_opened_at: datetime | None = None
     excluded_cohorts: tuple[str, ...] = ()
     reason: str = ""
+    started_at: datetime | None = None  # when the first stage opened: what came before is the pre-rollout baseline
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def apply(state: RolloutState, action: Action, plan: RolloutPlan, now: datetime)
     if kind is ActionKind.COMPLETE_ROLLBACK:
         return replace(state, phase=Phase.ROLLED_BACK) if state.phase is Phase.ROLLING_BACK else state
     if kind is ActionKind.OPEN_STAGE:
-        return replace(state, stage_opened_at=now)
+        return replace(state, stage_opened_at=now, started_at=state.started_at or now)
     if kind is ActionKind.ADVANCE:
         return replace(state, stage=state.stage + 1, stage_opened_at=None)
     if kind is ActionKind.ROLLBACK_COHORT:

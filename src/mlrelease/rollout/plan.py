@@ -232,6 +232,10 @@ class RolloutPlan(StrictModel):
         default_factory=lambda: {"production": 30.0, "demo": 5.0},  # type: ignore[arg-type]
         description="a stage window with no model call for longer than this contains an outage: it cannot pass",
     )
+    baseline_s: dict[Profile, float] = Field(
+        default_factory=lambda: {"production": 7200.0, "demo": 60.0},  # type: ignore[arg-type]
+        description="each user's traffic this long before the rollout started is their covariate (CUPED); 0: none",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -248,6 +252,8 @@ class RolloutPlan(StrictModel):
             raise ValueError(f"stage names must be unique, got {names}")
         if set(self.max_gap_s) != {"production", "demo"} or min(self.max_gap_s.values()) <= 0:
             raise ValueError("max_gap_s needs positive 'production' and 'demo' seconds")
+        if set(self.baseline_s) != {"production", "demo"} or min(self.baseline_s.values()) < 0:
+            raise ValueError("baseline_s needs 'production' and 'demo' seconds (0 or more)")
         return self
 
     def check_cohorts(self, known: tuple[str, ...]) -> None:

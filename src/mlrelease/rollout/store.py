@@ -77,6 +77,7 @@ class RolloutRecord(BaseModel):
             stage_opened_at=self.stage_opened_at,
             excluded_cohorts=self.excluded_cohorts,
             reason=self.reason,
+            started_at=self.started_at,
         )
 
     def with_state(self, state: RolloutState, now: datetime) -> RolloutRecord:

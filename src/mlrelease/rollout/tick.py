@@ -7,7 +7,7 @@ function, so what is measured in simulation is what runs in production.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from mlrelease.rollout.analysis import StageAnalysis, analyze_stage
 from mlrelease.rollout.machine import Action, ActionKind, RolloutState, exposure, next_action
@@ -28,6 +28,8 @@ def look(
     """The open stage's analysis so far and the machine's decision on it; `tripped` is the fast guard's reason."""
     assert state.stage_opened_at is not None, "look at an open stage only"
     exposed_enough, final = exposure(state, plan, profile, now)
+    started, lookback = state.started_at or state.stage_opened_at, plan.baseline_s[profile]
+    before = (started - timedelta(seconds=lookback), started) if lookback > 0 else None
     analysis = analyze_stage(
         plan.stages[state.stage],
         cohorts,
@@ -41,6 +43,7 @@ def look(
         final=final,
         tripped=tripped,
         max_gap_s=plan.max_gap_s[profile],
+        before=before,
     )
     action = next_action(state, plan, profile, now, analysis.verdicts)
     if analysis.outages and action.kind in (ActionKind.WAIT, ActionKind.PAUSE):  # say why the stage did not pass
