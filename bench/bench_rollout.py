@@ -37,8 +37,8 @@ WINDOW = ("2026-11-28T02:00:00+00:00", "2026-11-29T02:00:00+00:00")
 FLAGGER_SECONDS = 600.0
 RATE = 200.0
 GUARDRAILS = [
-    {"metric": "error_rate", "bad": "higher", "tolerance": 0.001, "on_inconclusive": "accept", "min_samples": 100},
-    {"metric": "nan_rate", "bad": "higher", "tolerance": 0.0, "limit": 0.0, "on_inconclusive": "accept"},
+    {"metric": "error_rate", "bad": "higher", "tolerance": 0.02, "min_samples": 100},
+    {"metric": "nan_rate", "bad": "higher", "tolerance": 0.0, "limit": 0.0},
     {"metric": "low_confidence_share", "bad": "higher", "tolerance": 0.0, "limit": 0.15, "min_samples": 50},
 ]
 

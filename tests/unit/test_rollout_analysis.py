@@ -17,7 +17,7 @@ from mlrelease.rollout.store import RolloutBusy, RolloutRecord, RolloutStore
 from mlrelease.steps.shadow import breaches, cohort_shifts, compare
 from tests.unit.arms import arm_window
 
-PLAN = load_plan().allocated(("high_value", "long_tail", "core"))
+PLAN = load_plan().allocated(("high_value", "long_tail", "core")).under("demo")
 COHORTS = ("high_value", "long_tail", "core")
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 RNG = np.random.default_rng(5)
@@ -145,14 +145,21 @@ def test_the_last_stage_pools_every_cohort_that_is_not_rolled_back():
 def test_too_little_traffic_continues_and_is_resolved_by_the_plan_at_the_end():
     thin = _both("high_value", _window(40), _window(40))
     assert _analyze(0, thin, exposed=False).verdicts == {"*": Verdict.CONTINUE, "high_value": Verdict.CONTINUE}
-    # after the minimum exposure too: an `accept` contract stays open below its minimum sample
+    # after the minimum exposure too: a contract below its minimum sample stays open
     assert _analyze(0, thin).verdicts == {"*": Verdict.CONTINUE, "high_value": Verdict.CONTINUE}
     final = _analyze(0, thin, final=True)
-    # error and NaN rates, confidence and shift accept a stage that showed no harm; latency pauses
-    assert final.verdicts == {"*": Verdict.INCONCLUSIVE, "high_value": Verdict.PASS}
-    accepted = {r.metric for r in final.results if r.verdict is Verdict.PASS}
-    assert accepted == {"error_rate", "nan_rate", "low_confidence_share", "latency_tail"}
-    assert [r.metric for r in final.results if r.verdict is Verdict.INCONCLUSIVE] == ["latency"]
+    # nothing passes without evidence: every open question pauses at the maximum exposure
+    assert final.verdicts == {"*": Verdict.INCONCLUSIVE, "high_value": Verdict.INCONCLUSIVE}
+    assert not [r for r in final.results if r.verdict is Verdict.PASS]
+
+
+def test_a_zero_limit_passes_on_no_event_in_its_minimum_sample_once_the_minimum_exposure_is_over():
+    clean = _both("high_value", _window(400), _window(400))
+    nan = lambda analysis: next(r for r in analysis.results if r.metric == "nan_rate")  # noqa: E731
+    assert nan(_analyze(0, clean, exposed=False)).verdict is Verdict.CONTINUE
+    assert nan(_analyze(0, clean)).verdict is Verdict.PASS and "none in 400 requests" in nan(_analyze(0, clean)).reason
+    one = _both("high_value", _window(400, nan=1), _window(400))
+    assert nan(_analyze(0, one, exposed=False)).verdict is Verdict.FAIL  # one event is proof, at any time
 
 
 def test_a_fast_guard_trip_fails_the_cohorts_whose_calls_failed():
@@ -341,7 +348,7 @@ def test_an_outage_still_going_on_holds_every_pass_and_pauses_at_the_maximum_exp
     assert recorded["kind"] == kind and recorded["duration_s"] == pytest.approx(outage.duration_s)
     assert "still going on" in during.summary() and "no pass" in during.summary()
     assert all("serving is down" in r.reason for r in during.results)
-    # at the maximum exposure: inconclusive, whatever on_inconclusive says (accept would be a pass) → pause
+    # at the maximum exposure: inconclusive, whatever on_inconclusive says (rollback would judge the fault) → pause
     final = _analyze(0, HEALTHY, final=True, **fault)
     assert set(final.verdicts.values()) == {Verdict.INCONCLUSIVE}
     opened = RolloutState(candidate_version=2, stable_version=1, stage_opened_at=T0)

@@ -28,14 +28,51 @@ def test_the_default_plan_follows_the_reference_practice():
     assert (rule.metric, rule.limit, rule.cohorts) == ("low_confidence_share", 0.15, ("long_tail",))
     assert (tail.on_breach, tail.diagnose) == ("rollback_cohort", True)
     assert all(g.alpha is None and g.bad for s in plan.stages for g in s.guardrails)  # α comes from the budget
-    # one budget: 15 stage contracts share what the shadow tests (11 × 0.001) and the fast guard leave of 0.02
+    # one budget: 18 stage contracts share what the shadow tests (11 × 0.001) and the fast guard leave of 0.02
     cohorts = load_config().cohorts.names
     allocated = plan.allocated(cohorts)
     alphas = [g.alpha for s in allocated.stages for g in s.guardrails for _ in (g.cohorts or s.judged) if not g.exact]
-    assert len(alphas) == 15 and len(set(alphas)) == 1
+    assert len(alphas) == 18 and len(set(alphas)) == 1
     spent = plan.shadow_spend(len(cohorts)) + plan.budget.fast_guard + sum(alphas)
     assert spent == pytest.approx(plan.budget.false_rollback)
-    assert allocated.spending(cohorts)["per_stage_contract"] == pytest.approx((0.02 - 0.011 - 0.0005) / 15, rel=1e-4)
+    assert allocated.spending(cohorts)["per_stage_contract"] == pytest.approx((0.02 - 0.011 - 0.0005) / 18, rel=1e-4)
+    # the demo judges with its own declared tolerances and without the ETA contract it cannot resolve in seconds
+    demo = allocated.under("demo")
+    error = next(g for g in demo.stages[0].guardrails if g.metric == "error_rate")
+    assert error.tolerance == 0.01 and error.alpha == alphas[0]
+    assert "prediction_shift" in {g.metric for g in allocated.stages[0].guardrails}
+    assert "prediction_shift" not in {g.metric for g in demo.stages[0].guardrails}
+
+
+def test_a_contract_that_cannot_reach_a_verdict_at_the_declared_traffic_is_refused_one_line_each(tmp_path):
+    plan = safe_load(DEFAULT_PLAN.read_text())
+    plan["traffic"]["production"]["requests_per_s"] = {"high_value": 0.5, "long_tail": 18, "core": 58}
+    with pytest.raises(StepError, match="would only ever be inconclusive") as refused:
+        load_plan(_write(tmp_path, plan))
+    lines = [line for line in str(refused.value).splitlines() if line.startswith("stage ")]
+    # only high value traffic is thin: its contracts in the first two stages, by name, with what they would need
+    assert lines and all(", high_value:" in line or ", *:" in line for line in lines)
+    assert any(line.startswith("stage high_value, high_value: error_rate +0.1 pp vs stable") for line in lines)
+    assert all("(production)" in line and "requests per arm" in line and "it needs ~" in line for line in lines)
+    assert all("smallest tolerance it can resolve there is" in line for line in lines)
+    # the same plan at the traffic it declared resolves every contract
+    assert load_plan(DEFAULT_PLAN).traffic["production"].requests_per_s["high_value"] == 24
+
+
+def test_the_power_check_is_not_vacuous():
+    from mlrelease.rollout.power import contract_power
+
+    plan = load_plan().allocated(load_config().cohorts.names)
+    stage = plan.stages[0]
+    error = next(g for g in stage.guardrails if g.metric == "error_rate")
+    traffic = plan.traffic["production"]
+    power = contract_power(stage, error, "high_value", traffic, "production")
+    assert power.resolves and power.radius < error.tolerance < 10 * power.radius
+    # the radius is the contract's own boundary: the band of an A/A window of that many requests is as wide
+    n = int(power.requests)
+    band = evaluate(error, "high_value", _window(n=n, errors=round(n * 1e-4)), _window(n=n, errors=round(n * 1e-4)))
+    width = (band.band["upper"] - band.band["lower"]) / 2
+    assert width == pytest.approx(power.radius / np.sqrt(traffic.design_effect), rel=0.35)
 
 
 def test_a_budget_spent_before_the_stages_is_refused_naming_the_numbers(tmp_path):
@@ -76,6 +113,13 @@ def _guardrail(p, **change):
         (lambda p: _guardrail(p, tolerance=1.5), "tolerance of a share"),
         (lambda p: _guardrail(p, metric="latency", tolerance=0), "tolerance of a relative shift"),
         (lambda p: _guardrail(p, on_inconclusive="shrug"), "stages.0.guardrails.0.on_inconclusive"),
+        (lambda p: _guardrail(p, on_inconclusive="accept"), "stages.0.guardrails.0.on_inconclusive"),
+        (lambda p: _guardrail(p, demo_tolerance=2.0), "demo_tolerance of a share"),
+        (lambda p: _guardrail(p, metric="latency_p95"), "stages.0.guardrails.0.metric"),
+        (lambda p: p["budget"].update(false_rollback=0.3), "budget.false_rollback"),
+        (lambda p: p["budget"].update(false_rollback=0), "budget.false_rollback"),
+        (lambda p: p["traffic"]["demo"]["requests_per_s"].update(core=0), "requests_per_s must be above 0"),
+        (lambda p: p.update(baseline_s={"production": -1, "demo": 60}), "baseline_s"),
         (lambda p: p["stages"][1].update(name="high_value"), "stage names must be unique"),
         (lambda p: p["stages"][0].update(guardrails=[]), "stages.0.guardrails"),
         (lambda p: p.update(extra=1), "extra"),
@@ -131,8 +175,7 @@ def test_too_little_traffic_continues_and_the_plan_decides_at_the_end():
     result = evaluate(rule, "high_value", _window(n=50, errors=40), _window())
     assert result.verdict is Verdict.CONTINUE and "need 200" in result.reason
     assert resolve_inconclusive(result, rule).verdict is Verdict.INCONCLUSIVE
-    accept = Guardrail(metric="error_rate", bad="higher", tolerance=0.001, on_inconclusive="accept", alpha=0.01)
-    assert resolve_inconclusive(result, accept).verdict is Verdict.PASS
+    assert resolve_inconclusive(result, rule, final=False).verdict is Verdict.CONTINUE  # before the end: open
     rollback = Guardrail(metric="error_rate", bad="higher", tolerance=0.001, on_inconclusive="rollback", alpha=0.01)
     assert resolve_inconclusive(result, rollback).verdict is Verdict.FAIL
 

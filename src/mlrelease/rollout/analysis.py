@@ -29,9 +29,8 @@ from mlrelease.rollout.guardrails import (
 )
 from mlrelease.rollout.metrics_source import MetricsSource
 from mlrelease.rollout.outage import Outage, find_outages
-from mlrelease.rollout.plan import Stage
+from mlrelease.rollout.plan import ALL, Stage
 
-ALL = "*"
 
 
 @dataclass(frozen=True)

@@ -153,18 +153,17 @@ def _evidence(guardrail: Guardrail, band: Band) -> str:
 def resolve_inconclusive(
     result: GuardrailResult, guardrail: Guardrail, *, exposed_enough: bool = True, final: bool = True
 ) -> GuardrailResult:
-    """A `continue` becomes what the contract's `on_inconclusive` says: at the maximum exposure (`final`), and
-    for `accept` already once the minimum exposure is over and the contract has its minimum sample (such a
-    contract fails on evidence and does not hold a stage open beyond that: the choice for rare events whose
-    non-inferiority would need far more calls than a stage has)."""
+    """A `continue` becomes what the contract's `on_inconclusive` says (pause or roll back) at the maximum exposure
+    (`final`). A zero limit with no event in its minimum sample passes once the minimum exposure is over: one event
+    would have failed it, and none is the evidence it asks for."""
     if result.verdict is not Verdict.CONTINUE:
         return result
-    # Early acceptance needs the question asked on enough data: below its minimum sample a contract stays open.
-    enough = int(result.band.get("samples", 0)) >= guardrail.min_samples
-    if not (final or (exposed_enough and enough and guardrail.on_inconclusive == "accept")):
+    samples = int(result.band.get("samples", 0))
+    if guardrail.exact and exposed_enough and samples >= guardrail.min_samples:
+        return replace(result, verdict=Verdict.PASS, reason=f"{result.reason}; none in {samples} requests → pass")
+    if not final:
         return result
-    when = "at the maximum exposure" if final else "after the minimum exposure"
-    note = f"; open {when} → {guardrail.on_inconclusive}"
+    note = f"; open at the maximum exposure → {guardrail.on_inconclusive}"
     return replace(result, verdict=ON_INCONCLUSIVE[guardrail.on_inconclusive], reason=result.reason + note)
 
 

@@ -27,7 +27,10 @@ Metric = Literal[
 Action = Literal["rollback_cohort", "rollback_all", "pause"]
 Profile = Literal["production", "demo"]
 Direction = Literal["higher", "lower", "either"]
-OnInconclusive = Literal["accept", "pause", "rollback"]
+OnInconclusive = Literal["accept", "pause", "rollback"]  # the shadow gate's one-look tests
+# A stage contract never passes without evidence: an open question at the maximum exposure pauses or rolls back, and
+# the power check (`RolloutPlan.check_power`) refuses, at load, a contract that cannot reach a verdict in time.
+StageOnInconclusive = Literal["pause", "rollback"]
 
 # Metrics whose value is a share of calls (tolerance in absolute share: 0.001 = 0.1 percentage points) and
 # metrics compared as a relative shift (tolerance as a fraction: 0.10 = 10 %, judged on the log scale).
@@ -36,6 +39,7 @@ OnInconclusive = Literal["accept", "pause", "rollback"]
 SHARES = ("error_rate", "nan_rate", "low_confidence_share", "latency_tail")
 RELATIVE = ("latency", "prediction_shift", "confidence_shift")
 MAX_ALPHA = 0.2
+ALL = "*"  # a judged "cohort" that pools every cohort the stage opened
 MAX_CANDIDATE_PERCENT = 99.0  # at least 1 % of every judged cohort stays on stable as the concurrent control
 
 
@@ -52,6 +56,11 @@ class Guardrail(StrictModel):
     tolerance: float = Field(
         ge=0, description="how much worse than stable is still acceptable (share, or relative shift)"
     )
+    demo_tolerance: float | None = Field(
+        None,
+        ge=0,
+        description="the tolerance under the demo profile, whose stages last seconds (unset: `tolerance`)",
+    )
     limit: float | None = Field(
         None, ge=0, le=1, description="compare the candidate's share with this level instead of with stable"
     )
@@ -59,22 +68,35 @@ class Guardrail(StrictModel):
         None, gt=0, le=MAX_ALPHA, description="this contract's false-fail rate; unset: its share of the plan's budget"
     )
     min_samples: int = Field(200, ge=20, description="per arm, before a verdict may be reached")
-    on_inconclusive: OnInconclusive = "pause"
+    on_inconclusive: StageOnInconclusive = "pause"
     cohorts: tuple[str, ...] = Field(default=(), description="empty: the stage's judged cohorts")
     quantile: float = Field(0.99, gt=0.5, lt=1, description="latency_tail: stable's quantile the tail starts at")
+    profiles: tuple[Profile, ...] = Field(
+        default=("production", "demo"), min_length=1, description="the profiles this contract is judged under"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Guardrail:
-        if self.metric in SHARES and self.tolerance > 1:
-            raise ValueError(f"tolerance of a share ({self.metric}) must be within [0, 1], got {self.tolerance}")
-        if self.metric in RELATIVE and not 0 < self.tolerance <= 10:
-            raise ValueError(f"tolerance of a relative shift ({self.metric}) must be in (0, 10], got {self.tolerance}")
+        for name in ("tolerance", "demo_tolerance"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if self.metric in SHARES and value > 1:
+                raise ValueError(f"{name} of a share ({self.metric}) must be within [0, 1], got {value}")
+            if self.metric in RELATIVE and not 0 < value <= 10:
+                raise ValueError(f"{name} of a relative shift ({self.metric}) must be in (0, 10], got {value}")
         if self.limit is not None and self.metric not in SHARES:
             raise ValueError(f"limit applies to shares ({', '.join(SHARES)}), not to {self.metric}")
         if self.metric == "latency_tail" and (self.bad != "higher" or self.limit is not None):
             raise ValueError("latency_tail compares with stable's own tail: use bad: higher and no limit")
         if self.limit is not None and self.bad != "higher":
             raise ValueError("a limit is a ceiling: use bad: higher")
+        return self
+
+    def under(self, profile: Profile) -> Guardrail:
+        """This contract with the tolerance of `profile` (the demo's shorter stages may declare a looser one)."""
+        if profile == "demo" and self.demo_tolerance is not None:
+            return self.model_copy(update={"tolerance": self.demo_tolerance, "demo_tolerance": None})
         return self
 
     @property
@@ -218,6 +240,30 @@ class Budget(StrictModel):
     )
 
 
+class ExpectedTraffic(StrictModel):
+    """What the power check assumes about one profile's traffic (see `mlrelease.rollout.power`)."""
+
+    requests_per_s: dict[str, float] = Field(min_length=1, description="per cohort, at the quiet hour of a stage")
+    error_rate: float = Field(1e-4, ge=0, lt=1, description="stable's hard failures per request")
+    low_confidence_share: float = Field(0.05, ge=0, lt=1, description="stable's share of low-confidence answers")
+    log_latency_sd: float = Field(0.35, gt=0, description="per request, once each user's own history is out")
+    log_eta_sd: float = Field(0.10, gt=0, description="of a request's log ETA, once each user's history is out")
+    log_confidence_sd: float = Field(0.10, gt=0, description="of a request's log confidence, likewise")
+    distinct_share: float = Field(
+        0.9, gt=0, le=1, description="share of requests that are distinct (answer contracts count each once)"
+    )
+    design_effect: float = Field(
+        2.0, ge=1, description="variance inflation from heavy users that their own history does not explain"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ExpectedTraffic:
+        bad = {c: r for c, r in self.requests_per_s.items() if r <= 0}
+        if bad:
+            raise ValueError(f"requests_per_s must be above 0, got {bad}")
+        return self
+
+
 class RolloutPlan(StrictModel):
     """The shadow gate and the ordered stages; the last stage decides promotion."""
 
@@ -231,6 +277,10 @@ class RolloutPlan(StrictModel):
     max_gap_s: dict[Profile, float] = Field(
         default_factory=lambda: {"production": 30.0, "demo": 5.0},  # type: ignore[arg-type]
         description="a stage window with no model call for longer than this contains an outage: it cannot pass",
+    )
+    traffic: dict[Profile, ExpectedTraffic] = Field(
+        default_factory=dict,
+        description="the traffic each profile expects: every stage contract must be able to reach a verdict in it",
     )
     baseline_s: dict[Profile, float] = Field(
         default_factory=lambda: {"production": 7200.0, "demo": 60.0},  # type: ignore[arg-type]
@@ -254,7 +304,23 @@ class RolloutPlan(StrictModel):
             raise ValueError("max_gap_s needs positive 'production' and 'demo' seconds")
         if set(self.baseline_s) != {"production", "demo"} or min(self.baseline_s.values()) < 0:
             raise ValueError("baseline_s needs 'production' and 'demo' seconds (0 or more)")
+        if self.traffic:
+            self._check_power()
         return self
+
+    def _check_power(self) -> None:
+        """Refuse a plan with a contract that cannot reach a verdict at its declared traffic (one line each)."""
+        from mlrelease.rollout.power import underpowered  # the power module reads this one
+
+        cohorts = {tuple(t.requests_per_s) for t in self.traffic.values()}
+        if len(cohorts) > 1:
+            raise ValueError(f"traffic names different cohorts per profile: {sorted(cohorts)}")
+        known = cohorts.pop()
+        unset = any(g.alpha is None and not g.exact for s in self.stages for g in s.guardrails)
+        plan = self.allocated(known) if unset else self  # a stored plan was allocated when its rollout began
+        lines = [line for profile in self.traffic for line in underpowered(plan, profile)]
+        if lines:
+            raise ValueError("contracts that would only ever be inconclusive:\n" + "\n".join(lines))
 
     def check_cohorts(self, known: tuple[str, ...]) -> None:
         """Refuse a plan naming cohorts the gateway does not define ('*' means all of them)."""
@@ -306,6 +372,16 @@ class RolloutPlan(StrictModel):
             rails = tuple(
                 g if g.alpha is not None or g.exact else g.model_copy(update={"alpha": each}) for g in stage.guardrails
             )
+            stages.append(stage.model_copy(update={"guardrails": rails}))
+        return self.model_copy(update={"stages": tuple(stages)})
+
+    def under(self, profile: Profile) -> RolloutPlan:
+        """This plan with every contract's tolerance for `profile` (what a rollout stores and judges with)."""
+        stages = []
+        for stage in self.stages:
+            rails = tuple(g.under(profile) for g in stage.guardrails if profile in g.profiles)
+            if not rails:
+                raise StepError(f"rollout plan stage {stage.name} has no guardrail under the {profile} profile")
             stages.append(stage.model_copy(update={"guardrails": rails}))
         return self.model_copy(update={"stages": tuple(stages)})
 

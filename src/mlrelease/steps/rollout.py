@@ -59,7 +59,8 @@ def _begin(
     current = ctx.store.read()
     if current is not None and (current.run_key, current.candidate_version) == (run_key, version):
         return current  # a rerun resumes the stored rollout, under the plan it started with
-    plan = load_plan(plan_path).allocated(ctx.cohorts)  # every contract's α drawn from the plan's budget
+    # every contract's α drawn from the plan's budget, and its tolerance for the profile the rollout runs under
+    plan = load_plan(plan_path).allocated(ctx.cohorts).under(profile)
     if wired is not None and len(plan.stages) != wired:
         raise StepError(f"the rollout plan has {len(plan.stages)} stages but the DAG wires {wired}; make them match")
     proposed = RolloutRecord(
