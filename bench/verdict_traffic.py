@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from statistics import NormalDist
 from typing import Any
 
@@ -345,6 +345,14 @@ class ArmModel:
     log_latency: np.ndarray  # float32: mean log latency of a call
     answers: np.ndarray  # (6, users): P(low), mean and variance of log confidence low / other, mean log ETA
     nan_share: np.ndarray
+    _tables: dict = field(default_factory=dict, repr=False)  # per tick length: its `_PoissonTable`
+
+    def requests(self, rng: np.random.Generator, dt: float) -> np.ndarray:
+        """Each user's requests in a tick of `dt` seconds (Poisson)."""
+        table = self._tables.get(dt)
+        if table is None:
+            table = self._tables[dt] = _PoissonTable(self.requests_per_s * dt)
+        return table.draw(rng)
 
 
 @dataclass(frozen=True, eq=False)
@@ -592,6 +600,46 @@ def _uniform_low(
     return mass, m1, np.maximum(m2 - m1**2, 0.0)
 
 
+class _PoissonTable:
+    """Poisson draws at fixed means (a stage's users in a tick), exact by inversion: for the users of small mean
+    (most of them) one uniform each, compared with their first `rows` cumulative probabilities, computed once; a
+    draw beyond them (below 1e-4 per user) continues the inversion one term at a time; numpy's sampler for the
+    rest. Half the time of numpy's per-mean sampler on 20,000 users."""
+
+    def __init__(self, mean: np.ndarray, small: float = 2.0, rows: int = 10) -> None:
+        self.mean, self.rows = mean, rows
+        self.small, self.large = np.flatnonzero(mean < small), np.flatnonzero(mean >= small)
+        lam = mean[self.small]
+        k = np.arange(rows)
+        log_lam = np.log(np.where(lam > 0, lam, 1.0))
+        pmf = np.exp(-lam[:, None] + k * log_lam[:, None] - np.array([math.lgamma(i + 1.0) for i in k]))
+        pmf[lam == 0, 1:] = 0.0  # a user of mean 0 never requests
+        self.pmf_last = pmf[:, -1]
+        self.cdf = np.ascontiguousarray(np.cumsum(pmf, axis=1).T)  # (rows, users): a row compare is contiguous
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        """One draw per user."""
+        out = np.empty(len(self.mean), np.int64)
+        u = rng.random(len(self.small))
+        k = np.zeros(len(self.small), np.int64)
+        for row in self.cdf:  # X = min{j: u < F(j)} = how many of F(0) … F(rows-1) are ≤ u, while X < rows
+            k += u >= row
+        for i in np.flatnonzero(k == self.rows).tolist():
+            k[i] = self._beyond(float(u[i]), i)
+        out[self.small] = k
+        out[self.large] = rng.poisson(self.mean[self.large])
+        return out
+
+    def _beyond(self, u: float, i: int) -> int:
+        lam, j = float(self.mean[self.small[i]]), self.rows - 1
+        pmf, cdf = float(self.pmf_last[i]), float(self.cdf[-1, i])
+        while u >= cdf and pmf > 0:
+            j += 1
+            pmf *= lam / j
+            cdf += pmf
+        return j if u < cdf else j + 1  # (cdf short of 1 by rounding: a tail below 1e-16 ends here)
+
+
 def _sample(rng: np.random.Generator, n: int, p: float) -> np.ndarray:
     """Indices of the n trials that succeed, each with chance p (a sparse draw when p is small)."""
     if n == 0 or p <= 0:
@@ -605,7 +653,7 @@ def _arm_calls(stage: StageTraffic, arm: int, rng: np.random.Generator, dt: floa
     """Each user's requests (Poisson), client repeats of random requests of the tick (as `_requests` draws them),
     and every call's log latency."""
     p, e, model = stage.model.world.profile, stage.model.effect, stage.arms[arm]
-    requests = rng.poisson(model.requests_per_s * dt)
+    requests = model.requests(rng, dt)
     ends = np.cumsum(requests)
     total = int(ends[-1]) if len(ends) else 0
     repeated = rng.integers(0, max(total, 1), rng.poisson(total * p.repeat_share / (1 - p.repeat_share)))
@@ -812,18 +860,24 @@ def _answer_sums(
     rescued = np.zeros(m, np.int64)
     if len(events.call):
         hopeless = np.bincount(calls.user[nan_requests], minlength=m)
-        rescued = rng.binomial(lost - hopeless, rescue * (1 - len(events.call) / max(len(calls.user), 1)))
+        # drawn only for the few users with a failed request (a binomial of 0 trials per user cost ~1 ms a tick)
+        some_lost = np.flatnonzero(lost > hopeless)
+        chance = rescue * (1 - len(events.call) / max(len(calls.user), 1))
+        rescued[some_lost] = rng.binomial((lost - hopeless)[some_lost], chance)
     answers = calls.requests - lost + rescued
     some = np.flatnonzero(answers)  # only users with answers draw (often half of them)
     n = answers[some]
     p_low, low_m, low_v, high_m, high_v, log_eta = model.answers[:, some]
     low = rng.binomial(n, p_low)
-    noise = rng.standard_normal((3, len(some)))
-    low_sum = low * low_m + np.sqrt(low * low_v) * noise[0]
-    high_sum = (n - low) * high_m + np.sqrt((n - low) * high_v) * noise[1]
+    noise = rng.standard_normal((2, len(some)))
+    low_sum = np.zeros(len(some))
+    any_low = np.flatnonzero(low)  # a sum of no low answers is 0: only the few users with one draw its noise
+    k = low[any_low]
+    low_sum[any_low] = k * low_m[any_low] + np.sqrt(k * low_v[any_low]) * rng.standard_normal(len(any_low))
+    high_sum = (n - low) * high_m + np.sqrt((n - low) * high_v) * noise[0]
     out = {name: np.zeros(m) for name in ("low_confidence", "log_eta", "log_confidence")}
     out["low_confidence"][some] = low
-    out["log_eta"][some] = n * log_eta + np.sqrt(n) * eta_sd * noise[2]
+    out["log_eta"][some] = n * log_eta + np.sqrt(n) * eta_sd * noise[1]
     out["log_confidence"][some] = low_sum + high_sum
     out["answers"] = answers.astype(np.float64)
     return {**out, "_some": some, "_low_sum": low_sum, "_high_sum": high_sum, "_eta_sd": eta_sd, "_rescued": rescued}
