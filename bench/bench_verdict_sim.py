@@ -4,6 +4,7 @@ Usage: python bench/bench_verdict_sim.py [--profile production|demo] [--scenario
                                          [--workers N] [--seed 1] [--exact] [--baseline REV --baseline-rollouts 24]
        python bench/bench_verdict_sim.py --agreement [--scenario …] [--rollouts 40]   # exact vs aggregated
        python bench/bench_verdict_sim.py --check-tick [--repeats 200]                 # one tick's per-user sums
+       python bench/bench_verdict_sim.py --check-baseline [--exact]                   # the pre-rollout windows
 
 Traffic (`bench/verdict_traffic.py`): 100 req/s from 20,000 users with heavy-tailed activity (the top 1 % make ~23 %
 of the requests), per-user differences in latency, confidence and ETA, sticky assignment by user bucket, 10 % client
@@ -15,9 +16,13 @@ failures as timed events, successes as counts per replica and second, ~10x faste
 draws every call (`verdict_traffic.generate`) and sums them with the product's `summarize_calls`; `--agreement` runs
 both on the same seeds and compares the outcomes, `--check-tick` compares one tick's per-user sums.
 
-What runs is the product's code, not a re-implementation: every tick judges the arms' per-user windows
-(`CohortWindow`) with `analyze_stage` (clustered bands, relative outage cut), decides with `next_action` and stores
-`apply`; each replica's fast guard is the gateway's `SplitGuard`, fed the replica's first calls in time order. A
+What runs is the product's code, not a re-implementation: every tick is the product's one look
+(`mlrelease.rollout.tick.look`, what the DAG's analyze step runs: exposure, `analyze_stage` on the arms' per-user
+windows (`CohortWindow`: clustered bands, relative outage cut, each user's pre-rollout sums as the covariate) and
+`next_action`), and the simulator stores its action with `apply`; each replica's fast guard is the gateway's
+`SplitGuard`, fed the replica's first calls in time order. The pre-rollout baseline the look asks for (the plan's
+`baseline_s` before the first stage opened, every user on stable) is drawn once per rollout from the same traffic
+model on its own random stream (`--check-baseline` shows it as the product reads it). A
 guard trip reaches the analysis at its next tick, as in a real run (the replica that tripped moves its own traffic at
 once and the routing store tells the others within a refresh). A rollout ends at promotion, rollback or pause, and
 also once a cohort was rolled back: such a rollout can never be promoted automatically (`next_action` pauses it at
@@ -67,7 +72,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
+from dataclasses import dataclass, field, replace  # noqa: E402
 from datetime import datetime, timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -80,7 +85,7 @@ from verdict_scenarios import CANDIDATE, REFRESH_S, SCENARIOS, STABLE, T0, Outco
 
 from mlrelease.gateway.config import GuardConfig  # noqa: E402
 from mlrelease.gateway.split_guard import SplitGuard  # noqa: E402
-from mlrelease.rollout.analysis import StageAnalysis, analyze_stage  # noqa: E402
+from mlrelease.rollout.analysis import StageAnalysis  # noqa: E402
 from mlrelease.rollout.machine import (  # noqa: E402
     Action,
     ActionKind,
@@ -88,12 +93,13 @@ from mlrelease.rollout.machine import (  # noqa: E402
     RolloutState,
     apply,
     candidate_percent,
-    exposure,
     next_action,
 )
 from mlrelease.rollout.outage import CallTimeline  # noqa: E402
 from mlrelease.rollout.plan import RolloutPlan, load_plan  # noqa: E402
+from mlrelease.rollout.tick import look  # noqa: E402
 from mlrelease.rollout.windows import (  # noqa: E402
+    EMPTY,
     HARD_FAILURES,
     LATENCY_BOUNDS_S,
     LOW_CONFIDENCE,
@@ -106,6 +112,7 @@ from mlrelease.rollout.windows import (  # noqa: E402
 
 LOG_BOUNDS = np.log(LATENCY_BOUNDS_S)
 VERSIONS = (STABLE, CANDIDATE)  # by arm: 0 stable-assigned, 1 candidate-assigned
+BASELINE_STREAM = 0xBA5E  # the pre-rollout traffic's random stream: (seed, this)
 RESULTS = ("promoted", "rolled_back", "cohort_rolled_back", "paused")
 assert traffic.LOW_CONFIDENCE == LOW_CONFIDENCE and traffic.SUMS == tuple(
     f for f in CohortWindow.__dataclass_fields__ if f not in ("units", "slow")
@@ -122,8 +129,11 @@ class SimSource:
 
     location = "simulated"
 
-    def __init__(self, opened: float, users: int, cohorts: tuple[str, ...], slice_s: float) -> None:
-        self.opened, self.users, self.cohorts, self.slice_s = opened, users, cohorts, slice_s
+    def __init__(
+        self, opened: float, users: int, cohorts: tuple[str, ...], slice_s: float, before: Baseline | None = None
+    ) -> None:
+        self.opened, self.users, self.cohorts, self.slice_s, self.before = opened, users, cohorts, slice_s, before
+        self.units = np.arange(users, dtype=np.int64)  # dense windows: every user of the world, by id
         self.total: dict[tuple[str, int], CohortWindow] = {}
         self.suspect: dict[int, dict[tuple[str, int], CohortWindow]] = {}
         self.calls = np.zeros(0)
@@ -154,7 +164,10 @@ class SimSource:
                     slot[key] = slot[key].merged(piece) if key in slot else piece
 
     def windows(self, since: datetime, until: datetime, exclude: Any = ()) -> dict:
-        """Every (cohort, assigned version) of the stage so far, with the excluded slices' requests taken out."""
+        """Every (cohort, assigned version) of the stage so far, with the excluded slices' requests taken out; a
+        window that ends by the rollout's start is the pre-rollout baseline (every cohort on stable)."""
+        if self.before is not None and self.before.covers(until):
+            return self.before.windows(self.units)
         return _cut(self.total, self.suspect, _slices(exclude, self.opened, self.slice_s))
 
     def timeline(self, since: datetime, until: datetime, stable: int) -> Any:
@@ -256,37 +269,48 @@ class ReplicaGuards:
 
 
 class SumSource:
-    """The MetricsSource of one stage from aggregated ticks: per (cohort, assigned version) the per-user sums, laid
-    out over every user of that arm (zero outside the cohort) so that pooling cohorts adds arrays; the per-second
-    timeline; and, for slices of `max_gap_s` where stable failed at least 3 times, the slice's own per-user sums
-    (cut from the tick's calls) so that an outage can be cut out of the windows."""
+    """The MetricsSource of one stage from aggregated ticks. Every window of the stage is laid out over the same
+    units, every user of the world (the stable arm's users cohort by cohort, then the candidate arm's), and is zero
+    outside its own cohort and arm: pooling cohorts adds arrays, and the pre-rollout baseline lies beside any arm
+    user by user with nothing to look up. Also the per-second timeline; and, for slices of `max_gap_s` where stable
+    failed at least 3 times, the slice's own per-user sums (cut from the tick's calls) so that an outage can be cut
+    out of the windows."""
 
     location = "simulated"
 
     def __init__(
-        self, opened: float, stage: traffic.StageTraffic, cohorts: tuple[str, ...], slice_s: float, seconds: int
+        self,
+        opened: float,
+        stage: traffic.StageTraffic,
+        cohorts: tuple[str, ...],
+        slice_s: float,
+        seconds: int,
+        before: Baseline | None = None,
     ) -> None:
-        self.opened, self.stage, self.cohorts, self.slice_s = opened, stage, cohorts, slice_s
-        self.units = tuple(np.asarray(u, np.int64) for u in stage.assignment.users)
+        self.opened, self.stage, self.cohorts, self.slice_s, self.before = opened, stage, cohorts, slice_s, before
+        self.units = np.concatenate(stage.assignment.users).astype(np.int64)
         self.blocks = self._blocks()
-        self.total = {key: _zeros(len(self.units[arm])) for key, arm, _ in self.blocks}
+        self.total = {key: _zeros(len(self.units)) for key, *_ in self.blocks}
         self.suspect: dict[int, dict[tuple[str, int], CohortWindow]] = {}
         # the timeline for the stage's longest exposure at once (growing it tick by tick copied it every tick)
         self.calls, self.stable_requests, self.stable_failures = np.zeros((3, seconds))
 
-    def _blocks(self) -> list[tuple[tuple[str, int], int, slice]]:
-        """(cohort, version), arm and the cohort's users within the arm, for every cohort with users in the arm."""
-        out = []
+    def _blocks(self) -> list[tuple[tuple[str, int], int, slice, slice]]:
+        """(cohort, version), arm, the cohort's users within the arm's arrays and within the stage's units, for
+        every cohort with users in the arm."""
+        out, offset = [], 0
         for arm, blocks in enumerate(self.stage.assignment.blocks):
             for index, name in enumerate(self.cohorts):
-                if blocks[index + 1] > blocks[index]:
-                    out.append(((name, VERSIONS[arm]), arm, slice(int(blocks[index]), int(blocks[index + 1]))))
+                a, b = int(blocks[index]), int(blocks[index + 1])
+                if b > a:
+                    out.append(((name, VERSIONS[arm]), arm, slice(a, b), slice(offset + a, offset + b)))
+            offset += len(self.stage.assignment.users[arm])
         return out
 
     def add(self, tick: traffic.Tick, rng: np.random.Generator) -> None:
         """Fold one tick in."""
-        for key, arm, users in self.blocks:
-            _accumulate(self.total[key], tick.sums[arm], users)
+        for key, arm, users, at in self.blocks:
+            _accumulate(self.total[key], tick.sums[arm], users, at)
         self._add_timeline(tick)
         suspects = self._suspects(tick)
         if suspects:
@@ -315,15 +339,18 @@ class SumSource:
 
     def _keep(self, s: int, piece: tuple[dict[str, np.ndarray], ...]) -> None:
         slot = self.suspect.setdefault(s, {})
-        for key, arm, users in self.blocks:
-            sums = _zeros(len(self.units[arm]))
-            _accumulate(sums, piece[arm], users)
-            window = _window(self.units[arm], sums)
+        for key, arm, users, at in self.blocks:
+            sums = _zeros(len(self.units))
+            _accumulate(sums, piece[arm], users, at)
+            window = _window(self.units, sums)
             slot[key] = slot[key].merged(window) if key in slot else window  # a slice across two ticks (demo)
 
     def windows(self, since: datetime, until: datetime, exclude: Any = ()) -> dict:
-        """Every (cohort, assigned version) of the stage so far, with the excluded slices' requests taken out."""
-        total = {key: _window(self.units[arm], self.total[key]) for key, arm, _ in self.blocks}
+        """Every (cohort, assigned version) of the stage so far, with the excluded slices' requests taken out; a
+        window that ends by the rollout's start is the pre-rollout baseline (every cohort on stable)."""
+        if self.before is not None and self.before.covers(until):
+            return self.before.windows(self.units)
+        total = {key: _window(self.units, self.total[key]) for key, *_ in self.blocks}
         return _cut(total, self.suspect, _slices(exclude, self.opened, self.slice_s))
 
     def timeline(self, since: datetime, until: datetime, stable: int) -> Any:
@@ -348,16 +375,87 @@ def _zeros(users: int) -> dict[str, np.ndarray]:
     return sums
 
 
-def _accumulate(into: dict[str, np.ndarray], more: dict[str, np.ndarray], users: slice) -> None:
-    """Add one tick's sums of the users in `users` (a cohort's block of the arm) in place."""
+def _accumulate(into: dict[str, np.ndarray], more: dict[str, Any], users: slice, at: slice | None = None) -> None:
+    """Add one tick's sums of the users in `users` (a cohort's block of the arm's arrays) in place, at `at` of
+    `into` (default: the same positions)."""
+    at = users if at is None else at
     for name in traffic.SUMS:
-        into[name][users] += more[name][users]
-    more["slow"].add_into(into["slow"][:, users], users)
+        into[name][at] += more[name][users]
+    more["slow"].add_into(into["slow"][:, at], users)
 
 
 def _window(units: np.ndarray, sums: dict[str, np.ndarray]) -> CohortWindow:
     """The sums as the product's CohortWindow (views: the analysis only reads them)."""
     return CohortWindow(units, **{name: sums[name] for name in traffic.SUMS}, slow=sums["slow"].T)
+
+
+# --- Before the rollout: every user on stable (the contracts' covariate) ------------------------------------------
+
+
+class Baseline:
+    """Every user's sums over the `baseline_s` before the rollout started, when everyone was on stable: what the
+    product's contracts adjust on (CUPED). Drawn once per rollout by user id, from the same traffic model with
+    stable's behaviour (background failures, timeouts and repeats included); each stage's source asks for them laid
+    out over its own units, keyed (cohort, stable) for every cohort."""
+
+    def __init__(self, until: datetime, cohort: np.ndarray, cohorts: tuple[str, ...], sums: dict) -> None:
+        self.until, self.cohort, self.cohorts, self.sums = until, cohort, cohorts, sums
+        self._laid: tuple[np.ndarray, dict] | None = None  # the last layout asked for (one per stage)
+
+    def covers(self, until: datetime) -> bool:
+        """Whether a window ending at `until` lies before the rollout's start (then these sums answer it)."""
+        return until <= self.until
+
+    def windows(self, units: np.ndarray) -> dict[tuple[str, int], CohortWindow]:
+        """(cohort, stable) for every cohort, laid out over `units` (user ids; zero outside the cohort)."""
+        if self._laid is not None and self._laid[0] is units:
+            return self._laid[1]
+        cohort = self.cohort[units]
+        gathered = {name: self.sums[name][units] for name in traffic.SUMS}
+        slow = self.sums["slow"][:, units]
+        out = {}
+        for index, name in enumerate(self.cohorts):
+            mine = cohort == index
+            sums = {key: np.where(mine, values, 0.0) for key, values in gathered.items()}
+            sums["slow"] = np.where(mine, slow, np.float32(0.0))
+            out[(name, STABLE)] = _window(units, sums)
+        self._laid = (units, out)
+        return out
+
+
+def draw_baseline(
+    world: traffic.World,
+    model: traffic.UserModel | None,
+    rng: np.random.Generator,
+    seconds: float,
+    until: datetime,
+    exact: bool = False,
+    chunk_s: float = 600.0,
+) -> Baseline:
+    """`seconds` of stable-only traffic for the world, ending at the rollout's start, as per-user sums: aggregated
+    in one draw (`generate_sums` over everyone on stable: ~720,000 calls' latencies for 2 h at 100 req/s), or per
+    call (`model` None or `exact`: `generate` in chunks, summed by the product's `summarize_calls`)."""
+    users, bounds = world.profile.users, len(LATENCY_BOUNDS_S)
+    sums = {name: np.zeros(users) for name in traffic.SUMS}
+    if exact or model is None:
+        total = EMPTY
+        for t0 in np.arange(-seconds, 0.0, chunk_s):
+            calls = traffic.generate(world, traffic.CandidateEffect(), rng, float(t0), min(t0 + chunk_s, 0.0), {})
+            total = total.merged(dense(_summarize(calls), users))
+        if len(total.units):
+            sums = {name: np.asarray(getattr(total, name), np.float64) for name in traffic.SUMS}
+            sums["slow"] = np.ascontiguousarray(total.slow.T, np.float32)
+        else:
+            sums["slow"] = np.zeros((bounds, users), np.float32)
+    else:
+        assignment = traffic.assign(world, {})  # everyone on stable
+        tick = traffic.generate_sums(traffic.stage_traffic(model, assignment), rng, -seconds, 0.0, LOG_BOUNDS)
+        ids, drawn = assignment.users[traffic.STABLE_ARM], tick.sums[traffic.STABLE_ARM]
+        for name in traffic.SUMS:
+            sums[name][ids] = drawn[name]
+        sums["slow"] = np.zeros((bounds, users), np.float32)
+        sums["slow"][:, ids] = drawn["slow"].full(bounds)
+    return Baseline(until, world.cohort, world.profile.cohorts, sums)
 
 
 class TickGuards:
@@ -453,6 +551,7 @@ class Rollout:
     stage_times: list[float] = field(default_factory=list)
     first_trip: float | None = None
     source: Any = None
+    before: Baseline | None = None  # every user's pre-rollout sums (None: the plan asks for none)
 
 
 def start(scenario: str, profile: str, seed: int, exact: bool = False) -> Rollout:
@@ -470,7 +569,12 @@ def start(scenario: str, profile: str, seed: int, exact: bool = False) -> Rollou
     )
     model = None if exact else traffic.user_model(world, effect)
     state = RolloutState(candidate_version=CANDIDATE, stable_version=STABLE)
-    return Rollout(plan, profile, exact, shape, world, effect, model, rng, guards, state)
+    run = Rollout(plan, profile, exact, shape, world, effect, model, rng, guards, state)
+    seconds = getattr(plan, "baseline_s", {}).get(profile, 0.0)
+    if seconds > 0:  # its own stream: the rollout's traffic is the same with or without it
+        before_rng = np.random.default_rng([seed, BASELINE_STREAM])
+        run.before = draw_baseline(world, model, before_rng, seconds, T0, exact)
+    return run
 
 
 def simulate(scenario: str, profile: str, seed: int, exact: bool = False) -> Outcome:
@@ -493,8 +597,9 @@ def step(run: Rollout) -> Outcome | None:
     spec = run.plan.stages[run.state.stage]
     _traffic(run, spec.check_every_s[run.profile])
     now = T0 + timedelta(seconds=run.clock)
-    analysis = _analyze(run, now)
-    action = next_action(run.state, run.plan, run.profile, now, analysis.verdicts)
+    tripped = "guard" if run.guards.tripped_at is not None else None
+    # the product's one look (exposure, analyze_stage with the pre-rollout covariate, next_action), as the DAG runs it
+    action, analysis = look(run.state, run.plan, run.profile, run.source, run.shape.cohorts, now, tripped=tripped)
     if action.kind is ActionKind.WAIT:
         return None
     return _decide(run, action, analysis, now)
@@ -502,15 +607,18 @@ def step(run: Rollout) -> Outcome | None:
 
 def _open(run: Rollout, action: Action, now: datetime) -> None:
     run.state, run.opened = apply(run.state, action, run.plan, now), run.clock
+    if getattr(run.state, "started_at", now) is None:  # the product sets it on the first opening; older ones did not
+        run.state = replace(run.state, started_at=now)
     slice_s, cohorts = run.plan.max_gap_s[run.profile], run.shape.cohorts
     if run.exact:
-        run.source = SimSource(run.clock, run.shape.users, cohorts, slice_s)
+        run.source = SimSource(run.clock, run.shape.users, cohorts, slice_s, run.before)
     else:
         assert run.model is not None
         assignment = traffic.assign(run.world, candidate_percent(run.state, run.plan))
         spec = run.plan.stages[run.state.stage]
         seconds = int(spec.max_exposure_s[run.profile] + 2 * spec.check_every_s[run.profile])
-        run.source = SumSource(run.clock, traffic.stage_traffic(run.model, assignment), cohorts, slice_s, seconds)
+        stage = traffic.stage_traffic(run.model, assignment)
+        run.source = SumSource(run.clock, stage, cohorts, slice_s, seconds, run.before)
 
 
 def _traffic(run: Rollout, step_s: float) -> None:
@@ -528,26 +636,6 @@ def _traffic(run: Rollout, step_s: float) -> None:
     run.clock = t1
     if run.guards.tripped_at is not None and run.first_trip is None:
         run.first_trip = run.guards.tripped_at - run.opened + REFRESH_S  # every replica moved: the stored trip adopted
-
-
-def _analyze(run: Rollout, now: datetime) -> StageAnalysis:
-    state, spec = run.state, run.plan.stages[run.state.stage]
-    assert state.stage_opened_at is not None
-    enough, final = exposure(state, run.plan, run.profile, now)
-    return analyze_stage(
-        spec,
-        run.shape.cohorts,
-        run.source,
-        candidate=CANDIDATE,
-        stable=STABLE,
-        opened_at=state.stage_opened_at,
-        now=now,
-        excluded=state.excluded_cohorts,
-        exposed_enough=enough,
-        final=final,
-        tripped="guard" if run.guards.tripped_at is not None else None,
-        max_gap_s=run.plan.max_gap_s[run.profile],
-    )
 
 
 def _decide(run: Rollout, action: Action, analysis: StageAnalysis, now: datetime) -> Outcome | None:
@@ -712,6 +800,66 @@ def check_tick(scenario: str, repeats: int, seed: int) -> None:
     _print_tick(stats, world)
 
 
+def check_baseline(profile: str, seed: int, exact: bool) -> bool:
+    """The pre-rollout baseline as the product reads it, a quarter hour into stage 1 of an A/A rollout: its keys and
+    units, its totals against the traffic model's, and per user how its sums predict the stage's (what CUPED relies
+    on); then the look's bands, with the share of each contract's variance the covariate removed. True if it holds."""
+    run = start("aa", profile, seed, exact)
+    step(run)  # opens stage 1
+    while run.clock - run.opened < run.plan.stages[0].min_exposure_s[profile] / 2:
+        _traffic(run, run.plan.stages[0].check_every_s[profile])
+    seconds = getattr(run.plan, "baseline_s", {}).get(profile, 0.0)
+    if run.before is None:
+        print("the plan asks for no pre-rollout baseline (baseline_s is 0 or absent)")
+        return False
+    now = T0 + timedelta(seconds=run.clock)
+    before = run.source.windows(T0 - timedelta(seconds=seconds), T0)
+    stage = run.source.windows(T0 + timedelta(seconds=run.opened), now)
+    ok = set(before) == {(c, STABLE) for c in run.shape.cohorts}
+    print(f"keys {sorted(before)}: {'every cohort on stable' if ok else 'WRONG'}")
+    units = {id(w.units) for w in (*before.values(), *stage.values())}
+    same = all(np.array_equal(w.units, run.source.units) for w in (*before.values(), *stage.values()))
+    print(f"units: {len(units)} array(s), {'the same users as the stage windows' if same else 'DIFFERENT'}")
+    ok &= same
+    calls, failed, nan = (sum(w.total(name) for w in before.values()) for name in ("calls", "failed", "nan"))
+    expected = run.shape.rate_per_s * seconds
+    print(
+        f"calls {calls:,.0f} in {seconds:g} s (model: {expected:,.0f}); failed {failed:.0f} "
+        f"(model: ~{expected * run.shape.failure_rate:.0f}); NaN {nan:.0f}"
+    )
+    ok &= abs(calls / expected - 1) < 0.05 and nan == 0
+    print(f"{'cohort':11} {'users':>6} {'calls':>9}   per-user correlation with the stage (users, ≥ 5 calls in both)")
+    for index, cohort in enumerate(run.shape.cohorts):
+        pre = before[(cohort, STABLE)]
+        outside = pre.calls[run.world.cohort[pre.units] != index].sum()
+        ok &= outside == 0
+        now_sums = [stage[key] for key in stage if key[0] == cohort]
+        merged = now_sums[0]
+        for w in now_sums[1:]:
+            merged = merged.merged(w)
+        r = {name: _correlation(pre, merged, name) for name in ("log_latency", "log_eta", "log_confidence")}
+        correlations = "  ".join(f"{k} r={v:.2f}" for k, v in r.items())
+        print(f"{cohort:11} {pre.users:6d} {pre.total('calls'):9.0f}   {correlations}")
+        ok &= r["log_latency"] > 0.3 and r["log_eta"] > 0.8
+    tripped = "guard" if run.guards.tripped_at is not None else None
+    _, analysis = look(run.state, run.plan, profile, run.source, run.shape.cohorts, now, tripped=tripped)
+    print("the look's bands (variance removed by the pre-rollout covariate):")
+    for result in analysis.results:
+        removed = result.band.get("variance_removed")
+        print(f"  {result.cohort:11} {result.metric:22} {result.verdict!s:12} removed {removed if removed else 0:.0%}")
+    print("baseline check:", "ok" if ok else "FAILED")
+    return bool(ok)
+
+
+def _correlation(before: CohortWindow, now: CohortWindow, name: str) -> float:
+    """Across users with at least 5 calls in both windows: the correlation of their per-call (or per-answer) means."""
+    per = "calls" if name == "log_latency" else "answers"
+    a, b = getattr(before, per), getattr(now, per)
+    users = (a >= 5) & (b >= 5)
+    x, y = getattr(before, name)[users] / a[users], getattr(now, name)[users] / b[users]
+    return float(np.corrcoef(x, y)[0, 1]) if users.sum() > 2 else math.nan
+
+
 def _tally(into: dict, key: tuple, window: CohortWindow) -> None:
     bound = 11  # LATENCY_BOUNDS_S[11] ≈ 12.6 ms: the bound at stable's p99, where the tail contract looks
     active = window.calls > 0
@@ -750,6 +898,7 @@ def main() -> None:
     parser.add_argument("--agreement", action="store_true", help="run both paths on the same seeds and compare")
     parser.add_argument("--check-tick", action="store_true", help="compare one tick's per-user sums of both paths")
     parser.add_argument("--repeats", type=int, default=200, help="ticks drawn each way by --check-tick")
+    parser.add_argument("--check-baseline", action="store_true", help="the pre-rollout baseline windows, as read")
     parser.add_argument("--baseline", default="", help="a commit whose engine runs the same traffic (e.g. 9de3f55)")
     parser.add_argument("--baseline-rollouts", type=int, default=24)
     parser.add_argument("--json", type=Path, help="also write every outcome here")
@@ -757,6 +906,8 @@ def main() -> None:
     scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     if args.check_tick:
         return check_tick(scenarios[0], args.repeats, args.seed)
+    if args.check_baseline:
+        raise SystemExit(0 if check_baseline(args.profile, args.seed, args.exact) else 1)
     if args.agreement:
         return agreement(scenarios, args.profile, args.rollouts, args.seed, args.workers)
     began = time.perf_counter()
