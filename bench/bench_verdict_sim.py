@@ -20,13 +20,14 @@ What runs is the product's code, not a re-implementation: every tick is the prod
 (`mlrelease.rollout.tick.look`, what the DAG's analyze step runs: exposure, `analyze_stage` on the arms' per-user
 windows (`CohortWindow`: clustered bands, relative outage cut, each user's pre-rollout sums as the covariate) and
 `next_action`), and the simulator stores its action with `apply`; each replica's fast guard is the gateway's
-`SplitGuard`, fed the replica's first calls in time order. The pre-rollout baseline the look asks for (the plan's
-`baseline_s` before the first stage opened, every user on stable) is drawn once per rollout from the same traffic
-model on its own random stream (`--check-baseline` shows it as the product reads it). A
-guard trip reaches the analysis at its next tick, as in a real run (the replica that tripped moves its own traffic at
-once and the routing store tells the others within a refresh). A rollout ends at promotion, rollback or pause, and
-also once a cohort was rolled back: such a rollout can never be promoted automatically (`next_action` pauses it at
-the last stage), so its remaining stages are not simulated.
+`SplitGuard`, fed the replica's first calls in time order as the gateway tells it (a candidate's NaN answer is an
+invalid answer, tripping at `invalid_to_trip`, not a failure weighed against stable). The pre-rollout baseline the
+look asks for (the plan's `baseline_s` before the first stage opened, every user on stable) is drawn once per rollout
+from the same traffic model on its own random stream (`--check-baseline` shows it as the product reads it). A guard
+trip reaches the analysis at its next tick, as in a real run (the replica that tripped moves its own traffic at once
+and the routing store tells the others within a refresh). A rollout ends at promotion, rollback or pause, and also
+once a cohort was rolled back: such a rollout can never be promoted automatically (`next_action` pauses it at the
+last stage), so its remaining stages are not simulated.
 
 With `--baseline REV` traffic of the same seeds is judged by the engine of commit REV too (its analysis grouped by
 the version that answered, independent calls, the absolute 3-in-10 s breaker), in a subprocess on that commit's
@@ -226,14 +227,12 @@ def _timeline(since: datetime, until: datetime, *per_second: np.ndarray) -> Call
 
 class ReplicaGuards:
     """The gateway's SplitGuard on each replica, fed that replica's first calls in time order (failures one by one,
-    the successes between them in bulk at the failure's second); nothing more once a replica tripped."""
+    the successes between them in bulk at the failure's second; a candidate's NaN answer as the gateway reports it,
+    `invalid_answer`, judged at a zero limit and not weighed against stable); nothing more once a replica tripped."""
 
-    def __init__(self, replicas: int, ratio: float, alpha: float, window_s: float) -> None:
+    def __init__(self, replicas: int, guard: GuardConfig) -> None:
         self.clock = [0.0]
-        self.guards = [
-            SplitGuard(ratio=ratio, alpha=alpha, window_s=window_s, clock=lambda: self.clock[0])
-            for _ in range(replicas)
-        ]
+        self.guards = [_split_guard(guard, lambda: self.clock[0]) for _ in range(replicas)]
         self.tripped_at: float | None = None
 
     def feed(self, calls: traffic.Calls) -> None:
@@ -245,17 +244,19 @@ class ReplicaGuards:
         trips = []
         for replica, guard in enumerate(self.guards):
             rows = np.flatnonzero(first & (calls.replica == replica))
-            trips.append(self._replica(guard, calls.arm[rows], calls.t[rows], bad[rows]))
+            trips.append(self._replica(guard, calls.arm[rows], calls.t[rows], bad[rows], calls.outcome[rows]))
         self.tripped_at = min((t for t in trips if t is not None), default=None)
 
-    def _replica(self, guard: SplitGuard, arm: np.ndarray, t: np.ndarray, failed: np.ndarray) -> float | None:
+    def _replica(
+        self, guard: SplitGuard, arm: np.ndarray, t: np.ndarray, failed: np.ndarray, outcome: np.ndarray
+    ) -> float | None:
         last = 0
         for i in np.flatnonzero(failed):
             between = arm[last:i]
             self.clock[0] = float(t[i])
             guard.observe("candidate", False, count=int((between == 1).sum()))
             guard.observe("stable", False, count=int((between == 0).sum()))
-            if guard.observe("candidate" if arm[i] == 1 else "stable", True):
+            if _guarded(guard, int(arm[i]), int(outcome[i])):
                 return float(t[i])
             last = i + 1
         self.clock[0] = float(t[-1]) if len(t) else self.clock[0]
@@ -263,6 +264,26 @@ class ReplicaGuards:
         guard.observe("candidate", False, count=int((tail == 1).sum()))
         guard.observe("stable", False, count=int((tail == 0).sum()))
         return None
+
+
+def _split_guard(guard: GuardConfig, clock: Any) -> SplitGuard:
+    """One replica's guard as the gateway builds it from its GuardConfig."""
+    return SplitGuard(
+        ratio=guard.failure_ratio,
+        alpha=guard.false_trip_rate,
+        window_s=guard.window_s,
+        invalid_to_trip=guard.invalid_to_trip,
+        clock=clock,
+    )
+
+
+def _guarded(guard: SplitGuard, arm: int, outcome: int) -> bool:
+    """One failed first call told to its replica's guard as the gateway does (`GatewayService._guarded`): a NaN
+    answer from the candidate is an invalid answer (a zero limit, not weighed against stable, not counted as a
+    request); any other failure is a failed request of the version that made it. True when it trips."""
+    if arm == traffic.CANDIDATE_ARM and outcome == NAN:
+        return guard.invalid_answer()
+    return guard.observe("candidate" if arm == traffic.CANDIDATE_ARM else "stable", True)
 
 
 # --- Aggregated traffic (default): per-user sums drawn per tick ---------------------------------------------------
@@ -464,13 +485,10 @@ class TickGuards:
     own second that came before it (seconds that expire before the next failure are never fed: the guard would
     drop them unread); nothing more once a replica tripped."""
 
-    def __init__(self, replicas: int, ratio: float, alpha: float, window_s: float) -> None:
+    def __init__(self, replicas: int, guard: GuardConfig) -> None:
         self.clock = [0.0]
-        self.guards = [
-            SplitGuard(ratio=ratio, alpha=alpha, window_s=window_s, clock=lambda: self.clock[0])
-            for _ in range(replicas)
-        ]
-        self.window = int(math.ceil(window_s))
+        self.guards = [_split_guard(guard, lambda: self.clock[0]) for _ in range(replicas)]
+        self.window = int(math.ceil(guard.window_s))
         self.pending: list[tuple[float, np.ndarray] | None] = [None] * replicas  # each replica's unfed last seconds
         self.tripped_at: float | None = None
 
@@ -482,15 +500,15 @@ class TickGuards:
         hard = np.isin(f.outcome, (*HARD_FAILURES, NAN))
         for replica, guard in enumerate(self.guards):
             mine = hard & (f.replica == replica)
-            trips.append(self._replica(replica, guard, tick, f.t[mine], f.arm[mine], rng))
+            trips.append(self._replica(replica, guard, tick, (f.t[mine], f.arm[mine], f.outcome[mine]), rng))
         self.tripped_at = min((t for t in trips if t is not None), default=None)
 
     def _replica(
-        self, replica: int, guard: SplitGuard, tick: traffic.Tick, t: np.ndarray, arm: np.ndarray, rng: Any
+        self, replica: int, guard: SplitGuard, tick: traffic.Tick, failures: tuple[np.ndarray, ...], rng: Any
     ) -> float | None:
         start, ok = self._seconds_from(replica, tick)
         fed, part, last = 0, 0.0, ok.shape[1] - 1  # seconds before `fed` are in; `part` of second `fed` is
-        for when, who in zip(t.tolist(), arm.tolist(), strict=True):
+        for when, who, outcome in zip(*(a.tolist() for a in failures), strict=True):
             second = min(int(when - start), last)
             if second > fed:
                 self._seconds(guard, start, ok, max(fed, second - self.window), second)
@@ -501,7 +519,7 @@ class TickGuards:
             part = into
             self.clock[0] = when
             self._successes(guard, before)
-            if guard.observe("candidate" if who == traffic.CANDIDATE_ARM else "stable", True):
+            if _guarded(guard, who, outcome):
                 return when
         keep = max(fed, last - self.window)  # the next tick's first failures look back this far
         self.pending[replica] = (start + keep, ok[:, keep:])
@@ -564,9 +582,7 @@ def start(scenario: str, profile: str, seed: int, exact: bool = False) -> Rollou
         plan = plan.allocated(shape.cohorts)
     world = traffic.make_world(shape, rng)
     guard = GuardConfig()
-    guards = (ReplicaGuards if exact else TickGuards)(
-        shape.replicas, guard.failure_ratio, guard.false_trip_rate, guard.window_s
-    )
+    guards = (ReplicaGuards if exact else TickGuards)(shape.replicas, guard)
     model = None if exact else traffic.user_model(world, effect)
     state = RolloutState(candidate_version=CANDIDATE, stable_version=STABLE)
     run = Rollout(plan, profile, exact, shape, world, effect, model, rng, guards, state)
