@@ -1,7 +1,7 @@
 """Release verdicts at production exposure: simulated rollouts through the product's own analysis, tick by tick.
 
 Usage: python bench/bench_verdict_sim.py [--profile production|demo] [--scenario aa|errors|...|all] [--rollouts 200]
-                                         [--workers N] [--seed 1] [--exact] [--baseline REV --baseline-rollouts 24]
+                                         [--workers N] [--seed 1] [--exact] [--baseline REV [--baseline-rollouts N]]
        python bench/bench_verdict_sim.py --agreement [--scenario …] [--rollouts 40]   # exact vs aggregated
        python bench/bench_verdict_sim.py --check-tick [--repeats 200]                 # one tick's per-user sums
        python bench/bench_verdict_sim.py --check-baseline [--exact]                   # the pre-rollout windows
@@ -672,7 +672,9 @@ def _decide(run: Rollout, action: Action, analysis: StageAnalysis, now: datetime
 
 
 def _run(args: tuple[str, str, int, bool]) -> dict[str, Any]:
-    return simulate(*args).as_dict()
+    began = time.process_time()
+    outcome = simulate(*args).as_dict()
+    return {**outcome, "cpu_s": time.process_time() - began}  # what one rollout costs, whatever else runs
 
 
 def run_all(
@@ -714,13 +716,15 @@ def summarize(outcomes: list[dict]) -> dict[str, Any]:
         "guard_s_max": trips[-1] if trips else None,
         "guard_s_median": statistics.median(trips) if trips else None,
         "top_stops": stops.most_common(3),
+        "cpu_s": statistics.mean(o["cpu_s"] for o in outcomes) if all("cpu_s" in o for o in outcomes) else None,
     }
 
 
 def _baseline(
     rev: str, scenarios: list[str], profile: str, rollouts: int, seed: int, workers: int
 ) -> dict[str, list[dict]]:
-    """The same seeds' per-call traffic judged by the engine of commit `rev`, in a subprocess on its source."""
+    """The same seeds' per-call traffic judged by the engine of commit `rev`, in a subprocess on its source (its
+    progress on stderr)."""
     repo = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(
@@ -734,16 +738,16 @@ def _baseline(
             *("--profile", profile, "--rollouts", str(rollouts), "--seed", str(seed)),
             *("--scenarios", ",".join(scenarios), "--workers", str(workers)),
         ]
-        done = subprocess.run(argv, env=env, capture_output=True, text=True)
+        done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True)
         if done.returncode != 0:
-            raise SystemExit(f"baseline engine failed:\n{done.stderr[-3000:]}")
+            raise SystemExit(f"baseline engine {rev} failed (its error is above)")
         return json.loads(done.stdout)
 
 
 HEADER = (
     f"{'scenario':32} {'engine':9} {'promot.':>7} {'rollbk':>7} {'cohort':>7} {'paused':>7} {'1st st':>7} "
-    f"{'s1 min':>6} {'s2 min':>6} {'s3 min':>6} {'trips':>6} {'guard s max/med':>15}"
-)
+    f"{'s1 min':>6} {'s2 min':>6} {'s3 min':>6} {'trips':>6} {'guard s max/med':>15} {'cpu s':>7}"
+)  # cpu s: CPU seconds per rollout (a worker runs 1 / that rollouts per second)
 
 
 def _fmt(summary: dict[str, Any]) -> str:
@@ -752,7 +756,8 @@ def _fmt(summary: dict[str, Any]) -> str:
     trip = (
         f"{summary['guard_s_max']:.1f} / {summary['guard_s_median']:.1f}" if summary["guard_s_max"] is not None else "-"
     )
-    return f"{shares} {stages} {summary['guard_trips']:6.1%} {trip:>15}  (n={summary['n']})"
+    cpu = f"{summary['cpu_s']:7.2f}" if summary["cpu_s"] is not None else f"{'-':>7}"
+    return f"{shares} {stages} {summary['guard_trips']:6.1%} {trip:>15} {cpu}  (n={summary['n']})"
 
 
 def print_table(current: dict, before: dict, baseline: str, label: str) -> None:
@@ -916,7 +921,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=200, help="ticks drawn each way by --check-tick")
     parser.add_argument("--check-baseline", action="store_true", help="the pre-rollout baseline windows, as read")
     parser.add_argument("--baseline", default="", help="a commit whose engine runs the same traffic (e.g. 9de3f55)")
-    parser.add_argument("--baseline-rollouts", type=int, default=24)
+    parser.add_argument(
+        "--baseline-rollouts", type=int, help="rollouts per scenario for the baseline engine (default: --rollouts)"
+    )
     parser.add_argument("--json", type=Path, help="also write every outcome here")
     args = parser.parse_args()
     scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
@@ -929,16 +936,19 @@ def main() -> None:
     began = time.perf_counter()
     current = run_all(scenarios, args.profile, args.rollouts, args.seed, args.workers, args.exact)
     spent = time.perf_counter() - began
-    before = (
-        _baseline(args.baseline, scenarios, args.profile, args.baseline_rollouts, args.seed, args.workers)
-        if args.baseline
-        else {}
-    )
+    before, old = {}, f"baseline {args.baseline or 'not run'}"
+    if args.baseline:
+        rollouts = args.rollouts if args.baseline_rollouts is None else args.baseline_rollouts
+        began = time.perf_counter()
+        before = _baseline(args.baseline, scenarios, args.profile, rollouts, args.seed, args.workers)
+        took = time.perf_counter() - began
+        rate = rollouts * len(scenarios) / took
+        old = f"baseline {args.baseline}: {rollouts} rollouts per scenario in {took:.0f} s wall ({rate:.2f}/s)"
     total = args.rollouts * len(scenarios)
     print(
         f"\nverdicts at {args.profile} exposure ({'per-call' if args.exact else 'aggregated'} traffic): "
         f"{args.rollouts} rollouts per scenario in {spent:.0f} s wall ({total / spent:.2f} rollouts/s, "
-        f"{args.workers} workers); baseline {args.baseline or 'not run'}"
+        f"{args.workers} workers); {old}"
     )
     print_table(current, before, args.baseline, "current")
     if args.json:

@@ -5,16 +5,22 @@ prints every outcome as JSON. That engine (up to 9de3f55) judged the calls each 
 windows are keyed by the served version (a candidate failure retried on stable is a stable call), hold every call's
 latency and answer, and its fast guard is the absolute breaker (3 candidate failures within 10 s on one replica).
 
-Two changes for speed only, neither changing a verdict: the old `CohortWindow.merged` concatenates numpy arrays
-instead of building tuples, and the old timeline gets one call time per occupied second (its gap rule looks for
-silences of `max_gap_s` ≥ 5 s, which that keeps exactly) plus every stable failure.
+Changes for speed only, none changing a verdict (the outcomes are identical, seed by seed): the old
+`CohortWindow.merged` concatenates numpy arrays instead of building tuples, once per look for each pool (the old
+analysis pooled once per contract); each (cohort, served version) keeps its calls' latencies and its distinct
+requests' answers in growing arrays (a request's key never leaves its tick, so they are deduplicated tick by tick
+and the window's keys are left empty); and the old timeline gets a call time in the first and last second of each
+run of seconds with calls and every `max_gap_s` − 1 seconds within (its gap rule finds the same silences as from
+every call) plus every stable failure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import time
 from collections import defaultdict, deque
 from concurrent.futures import ProcessPoolExecutor
 from datetime import timedelta
@@ -44,9 +50,15 @@ from mlrelease.rollout.plan import load_plan  # noqa: E402
 HARD = (traffic.ERROR, traffic.TIMEOUT)
 
 
+_POOLED: dict[tuple[int, int], Any] = {}  # this look's pooled windows (the old analysis pools once per contract)
+
+
 def _merged(self: Any, other: Any) -> Any:
+    key = (id(self), id(other))
+    if key in _POOLED:
+        return _POOLED[key][0]
     join = lambda a, b: np.concatenate([np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)])  # noqa: E731
-    return guardrails.CohortWindow(
+    merged = guardrails.CohortWindow(
         self.requests + other.requests,
         self.errors + other.errors,
         self.nan + other.nan,
@@ -56,9 +68,65 @@ def _merged(self: Any, other: Any) -> Any:
         join(self.confidences, other.confidences),
         join(self.keys, other.keys),
     )
+    _POOLED[key] = (merged, self, other)  # (holding both keeps their ids from being reused within the look)
+    return merged
 
 
 guardrails.CohortWindow.merged = _merged  # type: ignore[method-assign]
+
+
+class _Growing:
+    """A float64 array appended to tick by tick, its buffer doubled when full (a look reads a view, no copy)."""
+
+    def __init__(self) -> None:
+        self.buffer, self.size = np.zeros(1024), 0
+
+    def extend(self, values: np.ndarray) -> None:
+        """Append `values`."""
+        if self.size + len(values) > len(self.buffer):
+            grown = np.zeros(max(2 * len(self.buffer), self.size + len(values)))
+            grown[: self.size] = self.buffer[: self.size]
+            self.buffer = grown
+        self.buffer[self.size : self.size + len(values)] = values
+        self.size += len(values)
+
+    def view(self) -> np.ndarray:
+        """Everything appended so far."""
+        return self.buffer[: self.size]
+
+
+class _Served:
+    """One (cohort, served version)'s calls as the old summary reads them: counts, every call's latency, and the
+    answers of its distinct requests."""
+
+    def __init__(self) -> None:
+        self.requests = self.errors = self.nan = self.low_confidence = 0
+        self.latencies, self.eta, self.confidence = _Growing(), _Growing(), _Growing()
+
+    def add(self, outcome: np.ndarray, latency: np.ndarray, eta: np.ndarray, confidence: np.ndarray, key: Any) -> None:
+        ok = outcome == traffic.OK
+        self.requests += len(outcome)
+        self.errors += int(np.isin(outcome, HARD).sum())
+        self.nan += int((outcome == traffic.NAN).sum())
+        self.low_confidence += int((confidence[ok] < 0.6).sum())
+        self.latencies.extend(latency)
+        # A request's key never leaves its tick (repeats and retries fall within it) and one version answers it the
+        # same each time, so the distinct answers of a window are those of its ticks: deduplicated here, once.
+        _, first = np.unique(key[ok], return_index=True)
+        self.eta.extend(eta[ok][first])
+        self.confidence.extend(confidence[ok][first])
+
+    def window(self) -> Any:
+        return guardrails.CohortWindow(
+            requests=self.requests,
+            errors=self.errors,
+            nan=self.nan,
+            low_confidence=self.low_confidence,
+            latencies_s=self.latencies.view(),
+            predictions=self.eta.view(),
+            confidences=self.confidence.view(),
+            keys=(),  # already distinct: `distinct_answers` takes them as they are
+        )
 
 
 class OldSource:
@@ -66,58 +134,54 @@ class OldSource:
 
     location = "simulated"
 
-    def __init__(self, cohorts: tuple[str, ...]) -> None:
+    def __init__(self, cohorts: tuple[str, ...], max_gap_s: float) -> None:
         self.cohorts = cohorts
-        self.parts: dict[tuple[str, int], list[traffic.Calls]] = defaultdict(list)
-        self.seconds: set[int] = set()
+        self.served: dict[tuple[str, int], _Served] = {}
+        self.runs: list[list[int]] = []  # runs of consecutive seconds with calls: [first, last]
+        self.step = max(int(math.floor(max_gap_s)) - 1, 1)  # seconds between moments shown within a run
         self.stable_failures: list[float] = []
 
     def add(self, calls: traffic.Calls) -> None:
         """Fold one tick's calls in, grouped by who answered."""
         for index, name in enumerate(self.cohorts):
             for served, version in ((0, STABLE), (1, CANDIDATE)):
-                rows = (calls.cohort == index) & (calls.served == served)
-                self.parts[(name, version)].append(
-                    traffic.Calls(**{k: getattr(calls, k)[rows] for k in calls.__dataclass_fields__})
-                )
-        self.seconds.update(np.floor(calls.t).astype(np.int64).tolist())
+                rows = np.flatnonzero((calls.cohort == index) & (calls.served == served))
+                if len(rows):
+                    part = self.served.setdefault((name, version), _Served())
+                    pick = (calls.outcome, calls.latency_s, calls.eta, calls.confidence, calls.key)
+                    part.add(*(a[rows] for a in pick))
+        seconds = np.unique(np.floor(calls.t).astype(np.int64))
+        breaks = np.flatnonzero(np.diff(seconds) > 1)
+        firsts, lasts = (seconds[np.r_[0, breaks + 1]], seconds[np.r_[breaks, -1]]) if len(seconds) else ([], [])
+        for first, last in zip(np.asarray(firsts).tolist(), np.asarray(lasts).tolist(), strict=True):
+            if self.runs and self.runs[-1][0] <= first <= self.runs[-1][1] + 1:  # (ticks overlap by retries)
+                self.runs[-1][1] = max(self.runs[-1][1], last)
+            else:
+                self.runs.append([first, last])
         failed = (calls.served == 0) & np.isin(calls.outcome, HARD)
         self.stable_failures.extend(calls.t[failed].tolist())
 
     def windows(self, since: Any, until: Any) -> dict:
         """The old summary: counts, and every call's latency and answer."""
-        result = {}
-        for key, parts in self.parts.items():
-            c = parts[0].concat(parts[1]) if len(parts) == 2 else _concat(parts)
-            ok = c.outcome == traffic.OK
-            result[key] = guardrails.CohortWindow(
-                requests=len(c),
-                errors=int(np.isin(c.outcome, HARD).sum()),
-                nan=int((c.outcome == traffic.NAN).sum()),
-                low_confidence=int((c.confidence[ok] < 0.6).sum()),
-                latencies_s=c.latency_s,
-                predictions=c.eta[ok],
-                confidences=c.confidence[ok],
-                keys=c.key[ok],
-            )
-        return result
+        _POOLED.clear()  # a new look: new windows
+        return {key: part.window() for key, part in self.served.items()}
 
     def timeline(self, since: Any, until: Any) -> CallTimeline:
-        """One moment per second with calls, and every stable failure (unix seconds from T0)."""
-        base = T0.timestamp()
+        """A moment in the middle of the first and the last second of each run of seconds with calls and every
+        `max_gap_s` − 1 seconds between (a silence longer than a second lies only between runs: the old gap rule
+        finds the very same outages as from a moment in every second with calls), and every stable failure (unix
+        seconds from T0)."""
+        base = T0.timestamp() + 0.5
+        moments: set[float] = set()
+        for first, last in self.runs:
+            moments.update((base + np.r_[np.arange(first, last, self.step), last]).tolist())
         return CallTimeline(
-            calls=tuple(base + s + 0.5 for s in sorted(self.seconds)),
-            stable_failures=tuple(base + t for t in self.stable_failures),
+            calls=tuple(sorted(moments)), stable_failures=tuple(T0.timestamp() + t for t in self.stable_failures)
         )
 
     def features(self, cohort: str, since: Any, until: Any) -> np.ndarray:
         """No feature rows."""
         return np.zeros((0, 14))
-
-
-def _concat(parts: list[traffic.Calls]) -> traffic.Calls:
-    fields = traffic.Calls.__dataclass_fields__
-    return traffic.Calls(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in fields})
 
 
 def _breaker_trip(calls: traffic.Calls, replicas: int, windows: dict[int, deque]) -> float | None:
@@ -143,12 +207,13 @@ def simulate(scenario: str, profile: str, seed: int) -> Outcome:
     state = RolloutState(candidate_version=CANDIDATE, stable_version=STABLE)
     clock, opened, stage_times, tripped_at = 0.0, 0.0, [], None
     breakers: dict[int, deque] = defaultdict(deque)
-    source = OldSource(shape.cohorts)
+    source = OldSource(shape.cohorts, plan.max_gap_s[profile])
     while True:
         now = T0 + timedelta(seconds=clock)
         action = next_action(state, plan, profile, now, None)
         if action.kind is ActionKind.OPEN_STAGE:
-            state, opened, source = apply(state, action, plan, now), clock, OldSource(shape.cohorts)
+            state, opened = apply(state, action, plan, now), clock
+            source = OldSource(shape.cohorts, plan.max_gap_s[profile])
             continue
         spec = plan.stages[state.stage]
         step = spec.check_every_s[profile]
@@ -178,7 +243,9 @@ def simulate(scenario: str, profile: str, seed: int) -> Outcome:
 
 
 def _run(args: tuple[str, str, int]) -> dict[str, Any]:
-    return simulate(*args).as_dict()
+    began = time.process_time()
+    outcome = simulate(*args).as_dict()
+    return {**outcome, "cpu_s": time.process_time() - began}
 
 
 def main() -> None:
@@ -192,8 +259,14 @@ def main() -> None:
     args = parser.parse_args()
     scenarios = args.scenarios.split(",")
     jobs = [(s, args.profile, args.seed + i) for s in scenarios for i in range(args.rollouts)]
+    began, done = time.perf_counter(), []
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        done = list(pool.map(_run, jobs, chunksize=1))
+        for outcome in pool.map(_run, jobs, chunksize=2):
+            done.append(outcome)
+            if len(done) % max(len(jobs) // 10, 1) == 0:  # progress on stderr (stdout is the JSON)
+                print(
+                    f"baseline: {len(done)}/{len(jobs)} rollouts, {time.perf_counter() - began:.0f} s", file=sys.stderr
+                )
     outcomes: dict[str, list] = {s: [] for s in scenarios}
     for (scenario, _, _), outcome in zip(jobs, done, strict=True):
         outcomes[scenario].append(outcome)
