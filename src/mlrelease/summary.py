@@ -78,8 +78,8 @@ def rollout_detail(task: str, result: dict[str, Any]) -> str:
     if task == "shadow":
         return (
             f"{result.get('disagreement_share', 0):.1%} of {result.get('rows')} replayed orders differ, "
-            f"KS p={result.get('ks_pvalue', float('nan')):.2g}, latency ratio {result.get('latency_ratio')} "
-            f"(band {result.get('latency_ratio_band')}, {result.get('latency_pairs')} pairs)"
+            f"latency ratio {result.get('latency_ratio')} (band {result.get('latency_ratio_band')}, "
+            f"{result.get('latency_pairs')} pairs), tail {result.get('latency_tail_verdict')}"
         )
     if task.startswith("rollout_stage"):
         return (

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlrelease.rollout.plan import Guardrail
 from mlrelease.rollout.guardrails import band_for
+from mlrelease.rollout.plan import Guardrail
 from mlrelease.rollout.windows import CohortWindow, summarize_calls
 from mlrelease.verdicts.sequential import UserSums, adjusted_difference, clustered_ratio, ratio_difference
 

@@ -135,6 +135,11 @@ def test_a_bad_plan_is_refused_naming_the_field(tmp_path, change, message):
 def test_a_plan_naming_an_unknown_cohort_is_refused(tmp_path):
     plan = safe_load(DEFAULT_PLAN.read_text())
     plan["stages"][0]["candidate_percent"] = {"vip": 50}
+    # refused at load (its declared traffic has no such cohort) …
+    with pytest.raises(StepError, match=r"does not declare cohort\(s\) \['vip'\]"):
+        load_plan(_write(tmp_path, plan))
+    # … and, without a traffic declaration, against the gateway's cohorts
+    plan.pop("traffic")
     with pytest.raises(StepError, match=r"unknown cohort\(s\) \['vip'\]"):
         load_plan(_write(tmp_path, plan)).check_cohorts(load_config().cohorts.names)
 

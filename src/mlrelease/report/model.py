@@ -129,9 +129,11 @@ class Shadow(Section):
     disagreement_share: float = 0.0
     by_cohort: dict[str, float] = field(default_factory=dict)
     max_disagreement_share: float | None = None
-    ks_statistic: float | None = None
-    ks_pvalue: float | None = None
-    min_ks_pvalue: float | None = None
+    tail_share_diff: float | None = None  # candidate − stable share of pairs slower than stable's quantile
+    tail_band: tuple[float, ...] = ()  # its anytime-valid (1 − α) band
+    tail_quantile: float | None = None
+    tail_tolerance: float | None = None
+    tail_verdict: str = ""
     latency_ratio: float | None = None  # geometric-mean latency ratio of interleaved call pairs
     latency_ratio_band: tuple[float, ...] = ()  # its anytime-valid (1 − α) band
     latency_tolerance: float | None = None

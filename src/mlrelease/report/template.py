@@ -152,12 +152,13 @@ code{font-size:.85rem;background:#f4f4f4;padding:0 .2rem}
 <td class="num">{% if sh.max_disagreement_share is not none %}&le; {{ pct(sh.max_disagreement_share) }}{% endif %}</td></tr>
 {% for c, v in sh.by_cohort.items() %}<tr><td>differing rows: {{ c }}</td><td class="num">{{ pct(v) }}</td><td></td></tr>
 {% endfor %}
-<tr><td>KS statistic (p-value)</td><td class="num">{{ num(sh.ks_statistic, 3) }} (p={{ num(sh.ks_pvalue, 3) }})</td>
-<td class="num">{% if sh.min_ks_pvalue is not none %}p &ge; {{ sh.min_ks_pvalue }}{% endif %}</td></tr>
 <tr><td>latency ratio (candidate / stable, {{ sh.latency_pairs }} interleaved pairs)</td>
 <td class="num">{{ num(sh.latency_ratio, 3) }}{% if sh.latency_ratio_band %} (band {{ num(sh.latency_ratio_band[0], 3) }} &hellip; {{ num(sh.latency_ratio_band[1], 3) }}){% endif %}</td>
 <td class="num">{% if sh.latency_tolerance is not none %}&le; {{ num(1 + sh.latency_tolerance, 2) }}{% endif %}
 <span class="{{ sh.latency_verdict }}">{{ sh.latency_verdict }}</span></td></tr>
+{% if sh.tail_quantile is not none %}<tr><td>share slower than stable's p{{ num(sh.tail_quantile * 100, 0) }} (candidate &minus; stable, same pairs)</td>
+<td class="num">{{ num(sh.tail_share_diff * 100, 2) }} pp{% if sh.tail_band %} (band {{ num(sh.tail_band[0] * 100, 2) }} &hellip; {{ num(sh.tail_band[1] * 100, 2) }}){% endif %}</td>
+<td class="num">&le; +{{ num(sh.tail_tolerance * 100, 1) }} pp <span class="{{ sh.tail_verdict }}">{{ sh.tail_verdict }}</span></td></tr>{% endif %}
 {% for v, ms in sh.median_latency_ms.items() %}<tr><td>median latency v{{ v }}</td><td class="num">{{ num(ms, 3) }} ms</td><td></td></tr>
 {% endfor %}
 <tr><td>non-finite predictions</td><td class="num">{{ sh.non_finite }}</td><td class="num">0</td></tr>

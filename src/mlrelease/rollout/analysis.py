@@ -32,7 +32,6 @@ from mlrelease.rollout.outage import Outage, find_outages
 from mlrelease.rollout.plan import ALL, Stage
 
 
-
 @dataclass(frozen=True)
 class StageAnalysis:
     """Per-cohort verdicts, every guardrail result behind them, and the outages that kept the window from passing."""
@@ -98,7 +97,7 @@ def open_cohorts(stage: Stage, cohorts: tuple[str, ...], excluded: tuple[str, ..
 
 
 def _windows(
-    current: dict[tuple[str, int], CohortWindow], versions: tuple[int, int], pool: tuple[str, ...]
+    current: dict[tuple[str, int], CohortWindow], versions: tuple[int, ...], pool: tuple[str, ...]
 ) -> dict[tuple[str, int], CohortWindow]:
     """Each version's window per cohort, and `*`: every cohort in `pool` merged (once per look, not per contract)."""
     windows = dict(current)

@@ -169,19 +169,24 @@ class Stage(StrictModel):
 class ShadowSpec(StrictModel):
     """The shadow gate: the same requests through candidate and stable on Triton, before any real traffic.
 
-    Agreement (ETA disagreement, KS, per-cohort shifts), latency, and the served quality on the replayed
-    orders' actual ETAs (MAE, P90 error, confidence calibration, per-cohort low-confidence shares).
+    Agreement (ETA disagreement, per-cohort shifts), latency (geometric mean and tail), and the served quality on the
+    replayed orders' actual ETAs (MAE, P90 error, confidence calibration, per-cohort low-confidence shares).
     """
 
     samples: int = Field(1000, ge=50, description="orders replayed through both versions")
     max_relative_diff: float = Field(0.15, gt=0, description="a row disagrees when |Δeta| / stable eta is above this")
     max_disagreement_share: float = Field(0.10, ge=0, le=1)
     # The shadow tests' α: each spends its own share of the plan's budget (one per cohort for the per-cohort tests).
-    min_ks_pvalue: float = Field(0.001, ge=0, le=1, description="KS test of the two ETA distributions")
     latency_tolerance: float = Field(
         0.10, gt=0, le=10, description="the candidate may be this much slower (relative) than stable"
     )
-    latency_alpha: float = Field(0.001, gt=0, le=MAX_ALPHA)
+    latency_alpha: float = Field(0.001, gt=0, le=MAX_ALPHA, description="α of the mean test, and of the tail test")
+    latency_tail_quantile: float = Field(
+        0.95, gt=0.5, lt=1, description="the tail test counts the pairs slower than stable's quantile"
+    )
+    latency_tail_tolerance: float = Field(
+        0.05, gt=0, le=1, description="the candidate's share beyond it may exceed stable's by this much (absolute)"
+    )
     latency_min_pairs: int = Field(100, ge=20, description="interleaved call pairs before a latency verdict")
     latency_max_pairs: int = Field(2000, ge=20, description="at most this many pairs; then inconclusive")
     latency_on_inconclusive: OnInconclusive = "pause"
@@ -316,6 +321,12 @@ class RolloutPlan(StrictModel):
         if len(cohorts) > 1:
             raise ValueError(f"traffic names different cohorts per profile: {sorted(cohorts)}")
         known = cohorts.pop()
+        named = {c for s in self.stages for c in (*s.candidate_percent, *s.judge)} | {
+            c for s in self.stages for g in s.guardrails for c in g.cohorts
+        }
+        missing = sorted(named - {*known, ALL})
+        if missing:
+            raise ValueError(f"traffic.*.requests_per_s does not declare cohort(s) {missing} that the stages name")
         unset = any(g.alpha is None and not g.exact for s in self.stages for g in s.guardrails)
         plan = self.allocated(known) if unset else self  # a stored plan was allocated when its rollout began
         lines = [line for profile in self.traffic for line in underpowered(plan, profile)]
@@ -336,7 +347,7 @@ class RolloutPlan(StrictModel):
         spec = self.shadow
         return (
             spec.latency_alpha
-            + spec.min_ks_pvalue
+            + spec.latency_alpha  # the tail test beside the mean
             + cohorts * spec.shift_alpha
             + (3 + cohorts) * spec.quality_alpha  # MAE, P90, calibration, and the low-confidence share per cohort
         )

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from mlrelease.rollout.plan import ALL, RELATIVE, ExpectedTraffic, Guardrail, Profile, RolloutPlan, Stage
 from mlrelease.verdicts.sequential import mixture_radius
 
-
 ANSWERS = ("low_confidence_share", "prediction_shift", "confidence_shift")
 
 
@@ -78,9 +77,8 @@ def _per_request_variance(guardrail: Guardrail, traffic: ExpectedTraffic, reques
 def _arms(stage: Stage, cohort: str, traffic: ExpectedTraffic, seconds: float) -> tuple[float, float]:
     """Requests per arm (candidate, stable) of the judged cohort (or every opened cohort, for '*') in `seconds`."""
     default = stage.candidate_percent.get(ALL, 0.0)
-    pool = [
-        c for c in traffic.requests_per_s if (cohort == ALL and stage.candidate_percent.get(c, default) > 0) or c == cohort
-    ]
+    opened = [c for c in traffic.requests_per_s if stage.candidate_percent.get(c, default) > 0]
+    pool = opened if cohort == ALL else [cohort]
     candidate = sum(traffic.requests_per_s[c] * stage.candidate_percent.get(c, default) / 100 for c in pool) * seconds
     stable = sum(traffic.requests_per_s[c] * (1 - stage.candidate_percent.get(c, default) / 100) for c in pool)
     return candidate, stable * seconds
@@ -111,7 +109,9 @@ def _room(guardrail: Guardrail, traffic: ExpectedTraffic) -> float:
     return guardrail.log_tolerance
 
 
-def contract_power(stage: Stage, guardrail: Guardrail, cohort: str, traffic: ExpectedTraffic, profile: Profile) -> Power:
+def contract_power(
+    stage: Stage, guardrail: Guardrail, cohort: str, traffic: ExpectedTraffic, profile: Profile
+) -> Power:
     """The power of one (allocated) contract on one judged cohort of a stage under `profile`."""
     seconds = stage.max_exposure_s[profile]
     candidate, stable = _arms(stage, cohort, traffic, seconds)

@@ -1,8 +1,10 @@
 """Step `shadow`: replay the interval's orders through candidate and stable on Triton before any real traffic.
 
 The same rows go to both versions, so every difference is the model's: the share of rows whose ETA
-moves by more than `max_relative_diff`, a KS test of the two ETA distributions, and latency judged by
-a sequential paired test of single-row calls, interleaved so both versions see the same server load.
+moves by more than `max_relative_diff`, each cohort's mean ETA shift on the very same orders (paired, with a
+tolerance: a test of "the distributions differ at all" would fail any retrained model given enough rows), and
+latency judged by sequential paired tests of single-row calls, interleaved so both versions see the same server
+load: the geometric mean, and the tail (the share of calls slower than stable's p95).
 The replayed orders' actual ETAs are known, so both versions' served answers (ETA and confidence, from
 the graph Triton runs, not the native model train scored) are also judged on them: MAE, P90 error,
 calibration and per-cohort low-confidence shares (`mlrelease.verdicts.served_quality`). The labels are
@@ -19,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.stats import ks_2samp
 
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.model.onnx_export import OUTPUTS
@@ -34,7 +35,7 @@ from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic
 from mlrelease.timewindow import run_key
 from mlrelease.verdicts.decide import ON_INCONCLUSIVE, Verdict, decide
-from mlrelease.verdicts.sequential import mean_level
+from mlrelease.verdicts.sequential import Band, mean_level
 from mlrelease.verdicts.served_quality import QualityContract, quality_breaches, served_quality
 
 BATCH = 256
@@ -99,14 +100,17 @@ def latency_verdict(
     alternates); each pair gives the log of candidate/stable latency. An anytime-valid confidence sequence on
     the mean log ratio (the geometric-mean latency ratio) is checked after every block of pairs: fail when it
     lies above log(1 + tolerance), pass when below, otherwise more pairs, up to `latency_max_pairs`. The
-    whole distribution decides, not one noisy quantile.
+    whole distribution decides, not one noisy quantile. Beside it, the tail: per pair, whether the candidate's call
+    and whether stable's call were slower than stable's `latency_tail_quantile` of the pairs so far; the CS on the
+    mean difference of those indicators must lie within `latency_tail_tolerance` (a candidate fast on average but
+    slow one call in ten fails it). Pairs are added until both are decided.
     """
     candidate, stable = versions
     tolerance = math.log1p(spec.latency_tolerance)
     before = {v: client.inference_stats(MODEL_NAME, v) for v in versions}
     ratios: list[float] = []
     seconds: dict[int, list[float]] = {candidate: [], stable: []}
-    verdict, band = Verdict.CONTINUE, None
+    verdict, band, tail = Verdict.CONTINUE, None, None
     while len(ratios) < spec.latency_max_pairs:
         for _ in range(PAIR_BLOCK):
             k = len(ratios) % len(rows)
@@ -123,11 +127,16 @@ def latency_verdict(
             continue
         band = mean_level(ratios, 0.0, alpha=spec.latency_alpha, tuned_at=spec.latency_min_pairs)
         verdict = decide(band, "higher", tolerance)
-        if verdict is not Verdict.CONTINUE:
+        tail = tail_band(np.array(seconds[candidate]), np.array(seconds[stable]), spec)
+        tail_open = decide(tail, "higher", spec.latency_tail_tolerance) is Verdict.CONTINUE
+        if verdict is not Verdict.CONTINUE and not tail_open:
             break
     if verdict is Verdict.CONTINUE:
         verdict = ON_INCONCLUSIVE[spec.latency_on_inconclusive]
-    assert band is not None
+    assert band is not None and tail is not None
+    tail_verdict = decide(tail, "higher", spec.latency_tail_tolerance)
+    if tail_verdict is Verdict.CONTINUE:
+        tail_verdict = ON_INCONCLUSIVE[spec.latency_on_inconclusive]
     return {
         "server_side_us": _server_side(client, before),
         "latency_pairs": len(ratios),
@@ -137,7 +146,19 @@ def latency_verdict(
         "latency_tolerance": spec.latency_tolerance,
         "latency_alpha": spec.latency_alpha,
         "latency_verdict": str(verdict),
+        "latency_tail_quantile": spec.latency_tail_quantile,
+        "latency_tail_tolerance": spec.latency_tail_tolerance,
+        "latency_tail_diff": round(tail.estimate, 5),
+        "latency_tail_band": [round(tail.lower, 5), round(tail.upper, 5)],
+        "latency_tail_verdict": str(tail_verdict),
     }
+
+
+def tail_band(candidate_s: np.ndarray, stable_s: np.ndarray, spec: ShadowSpec) -> Band:
+    """CS on (candidate − stable) share of paired calls slower than stable's `latency_tail_quantile`."""
+    bound = float(np.quantile(stable_s, spec.latency_tail_quantile))
+    slower = (candidate_s > bound).astype(float) - (stable_s > bound).astype(float)
+    return mean_level(slower, 0.0, alpha=spec.latency_alpha, tuned_at=spec.latency_min_pairs)
 
 
 def _server_side(client: TritonClient, before: dict[int, dict[str, int]]) -> dict[str, dict[str, float]]:
@@ -155,10 +176,9 @@ def _server_side(client: TritonClient, before: dict[int, dict[str, int]]) -> dic
 
 
 def compare(candidate: np.ndarray, stable: np.ndarray, cohorts: np.ndarray, spec: ShadowSpec) -> dict[str, Any]:
-    """Disagreement share (overall and per cohort) and the KS test of candidate vs stable ETAs."""
+    """Disagreement share (overall and per cohort) of candidate vs stable ETAs on the same orders."""
     relative = np.abs(candidate - stable) / np.maximum(np.abs(stable), 1.0)
     disagrees = ~np.isfinite(candidate) | (relative > spec.max_relative_diff)
-    test = ks_2samp(candidate[np.isfinite(candidate)], stable)
     return {
         "rows": len(candidate),
         "non_finite": int((~np.isfinite(candidate)).sum()),
@@ -167,8 +187,6 @@ def compare(candidate: np.ndarray, stable: np.ndarray, cohorts: np.ndarray, spec
             str(c): round(float(disagrees[cohorts == c].mean()), 4) for c in sorted(set(cohorts.tolist()))
         },
         "median_relative_diff": round(float(np.nanmedian(relative)), 4),
-        "ks_statistic": round(float(test.statistic), 4),
-        "ks_pvalue": float(test.pvalue),
     }
 
 
@@ -177,7 +195,7 @@ def cohort_shifts(candidate: np.ndarray, stable: np.ndarray, cohorts: np.ndarray
 
     Paired on identical rows, so the only difference is the model's: a cohort fails when the band shows its
     ETAs moved by more than `shift_tolerance` either way (a bias on one cohort that the overall numbers
-    dilute); an open question does not fail the gate (the disagreement share and KS still apply).
+    dilute); an open question does not fail the gate (the disagreement share still applies).
     """
     tolerance = math.log1p(spec.shift_tolerance)
     shifts = {}
@@ -207,11 +225,6 @@ def breaches(report: dict[str, Any], spec: ShadowSpec) -> list[str]:
             f"{report['disagreement_share']:.1%} of rows differ by more than {spec.max_relative_diff:.0%} "
             f"(max {spec.max_disagreement_share:.0%}; by cohort {report['disagreement_by_cohort']})"
         )
-    if report["ks_pvalue"] < spec.min_ks_pvalue:
-        found.append(
-            f"ETA distributions differ: KS {report['ks_statistic']:.3f}, p={report['ks_pvalue']:.2g} "
-            f"< {spec.min_ks_pvalue}"
-        )
     for cohort, shift in (report.get("eta_shift_by_cohort") or {}).items():
         if shift["verdict"] == Verdict.FAIL:
             low, high = shift["band"]
@@ -228,6 +241,16 @@ def breaches(report: dict[str, Any], spec: ShadowSpec) -> list[str]:
             f"latency {shown} +{spec.latency_tolerance:.0%} of stable: geometric-mean ratio "
             f"{report['latency_ratio']:.3f} (band {low:.3f} … {high:.3f} at α={spec.latency_alpha:g}, "
             f"{report['latency_pairs']} interleaved pairs)"
+        )
+    tail = report.get("latency_tail_verdict")
+    if tail in (Verdict.FAIL, Verdict.INCONCLUSIVE):
+        low, high = report["latency_tail_band"]
+        shown = "above" if tail == Verdict.FAIL else "not shown within"
+        q = f"p{report['latency_tail_quantile'] * 100:g}"
+        found.append(
+            f"latency tail {shown} +{spec.latency_tail_tolerance * 100:g} pp: the share of calls slower than "
+            f"stable's {q} differs by {report['latency_tail_diff'] * 100:+.2f} pp (band {low * 100:+.2f} … "
+            f"{high * 100:+.2f} pp, {report['latency_pairs']} interleaved pairs)"
         )
     return found
 

@@ -211,6 +211,20 @@ class UserSums:
     m: np.ndarray
 
 
+@dataclass(frozen=True)
+class _ArmMoments:
+    """One arm's ratio in the window (θ̂) and before the rollout (φ̂), their cluster-robust (co)variances."""
+
+    theta: float
+    phi: float
+    variance: float  # Var(θ̂), floored for a share
+    pre_variance: float  # Var(φ̂)
+    covariance: float  # Cov(θ̂, φ̂)
+    floor: float  # the smoothed binomial variance (shares), else 0
+    users: int
+    calls: float
+
+
 def _linearized(top: np.ndarray, bottom: np.ndarray) -> tuple[float, np.ndarray, float]:
     """The ratio Σtop/Σbottom, each user's influence on it, and the CR1 factor (one entry per user)."""
     total = float(bottom.sum())
@@ -221,32 +235,34 @@ def _linearized(top: np.ndarray, bottom: np.ndarray) -> tuple[float, np.ndarray,
     return estimate, (top - estimate * bottom) / total, (users / (users - 1) if users > 1 else 1.0)
 
 
+def _moments(arm: UserSums, share: bool) -> _ArmMoments:
+    keep = arm.n > 0
+    y, n, x, m = arm.y[keep], arm.n[keep], arm.x[keep], arm.m[keep]
+    theta, r, k = _linearized(y, n)
+    phi, s, k_pre = _linearized(x, m) if float(m.sum()) > 0 else (0.0, np.zeros(len(y)), 1.0)
+    calls = float(n.sum())
+    floor = _smoothed_variance(int(round(float(y.sum()))), int(round(calls))) / calls if share and calls > 0 else 0.0
+    variance = max(k * float(r @ r), floor)
+    return _ArmMoments(theta, phi, variance, k_pre * float(s @ s), k * float(r @ s), floor, len(y), calls)
+
+
 def adjusted_difference(candidate: UserSums, stable: UserSums, *, share: bool, alpha: float, tuned_at: int) -> Band:
     """CS on candidate − stable for two arms' ratios, regression-adjusted on the users' pre-rollout ratio (CUPED).
 
     Without pre-rollout sums (every m zero) this is `ratio_difference` of the two `clustered_ratio`s.
     """
-    arms = []
-    for arm in (candidate, stable):
-        keep = arm.n > 0
-        y, n, x, m = arm.y[keep], arm.n[keep], arm.x[keep], arm.m[keep]
-        theta, r, k = _linearized(y, n)
-        phi, s, k_pre = _linearized(x, m) if m.sum() > 0 else (0.0, np.zeros(len(y)), 1.0)
-        floor = _smoothed_variance(int(round(float(y.sum()))), int(round(float(n.sum())))) / n.sum() if share else 0.0
-        arms.append((theta, phi, k * float(r @ r), k_pre * float(s @ s), k * float(r @ s), floor, len(y), n.sum()))
-    (theta_c, phi_c, var_c, pre_c, cov_c, floor_c, users_c, calls_c) = arms[0]
-    (theta_s, phi_s, var_s, pre_s, cov_s, floor_s, users_s, calls_s) = arms[1]
-    n = int(min(calls_c, calls_s))
-    if min(users_c, users_s) < 2 or n == 0:
+    c, s = _moments(candidate, share), _moments(stable, share)
+    n = int(min(c.calls, s.calls))
+    if min(c.users, s.users) < 2 or n == 0:
         return Band(math.nan, -math.inf, math.inf, n)
     # a share's variance never goes below the smoothed binomial one (with no bad call at all the sandwich is 0)
-    estimate, variance = theta_c - theta_s, max(var_c, floor_c) + max(var_s, floor_s)
-    pre, cov = pre_c + pre_s, cov_c + cov_s
+    estimate, variance = c.theta - s.theta, c.variance + s.variance
+    pre, cov = c.pre_variance + s.pre_variance, c.covariance + s.covariance
     removed = 0.0
     if pre > 0 and variance > 0:
-        adjusted = max(variance - cov * cov / pre, floor_c + floor_s)
+        adjusted = max(variance - cov * cov / pre, c.floor + s.floor)
         removed = 1.0 - adjusted / variance
-        estimate, variance = estimate - cov / pre * (phi_c - phi_s), adjusted
+        estimate, variance = estimate - cov / pre * (c.phi - s.phi), adjusted
     band = _band(estimate, variance, alpha, n * variance, tuned_at, n)
     return replace(band, variance_removed=max(removed, 0.0))
 
