@@ -25,6 +25,7 @@ from mlrelease.rollout.plan import load_plan
 from mlrelease.rollout.store import RolloutBusy, RolloutStore
 from mlrelease.rollout.traffic_router import Routing
 from mlrelease.steps import rollout as steps
+from mlrelease.steps.rollout import stage as stage_step
 from mlrelease.verdicts.decide import Verdict
 from tests.unit.arms import arm_window
 from tests.unit.records import rollout_record
@@ -230,7 +231,7 @@ def test_a_failed_routing_stays_rolling_back_and_a_retry_finishes_it_with_the_fi
     view = ServingView(record, stage_one.router.routing, 1, 2, [1, 2], [1, 2])
     assert "rolling back: routing still sends traffic to v2" in disagreements(view)
     # while it rolls back, no stage opens and nothing is promoted (the version's gates passed: not the question)
-    monkeypatch.setattr(steps, "_gates", lambda *args: None)
+    monkeypatch.setattr(stage_step, "checked_gates", lambda *args: None)
     with pytest.raises(GateFailed, match="is being rolled back"):
         steps.rollout_stage(None, 1, 2, KEY, profile="demo")
     with pytest.raises(GateFailed, match="cannot be promoted"):
