@@ -108,7 +108,7 @@ def test_the_rollout_plan_through_the_route_sends_each_cohort_its_share(kube):
         if action.kind is ActionKind.NONE:
             break
         before, state = state, apply(state, action, PLAN, now)
-        # What the steps route (steps/rollout.py): a stage when it opens; a cohort rollback within the
+        # What the steps route (steps/rollout/): a stage when it opens; a cohort rollback within the
         # stage that breached (the next stage is routed when it opens); promotion and full rollback.
         routed = {
             ActionKind.OPEN_STAGE: state,

@@ -93,3 +93,42 @@ def test_a_latency_contract_that_stalls_on_user_differences_resolves_with_the_us
     slower = _window(rng, cand, offset[cand], weight[cand], 20_000, 1.25)
     worse, _, _ = band_for(latency, slower, stable, before)
     assert worse.lower > np.log1p(0.10)
+
+
+def test_an_arm_without_pre_rollout_traffic_leaves_the_band_unadjusted():
+    # e.g. a rollout re-run right after one whose candidate held the same buckets: no stable traffic from them before
+    rng = np.random.default_rng(2)
+    offset, activity = _world(rng, 1000)
+    c = _arm(rng, offset[:500], activity[:500], 10_000, 0.0)
+    s = _arm(rng, offset[500:], activity[500:], 10_000, 0.0)
+    bare = UserSums(c.y, c.n, np.zeros_like(c.x), np.zeros_like(c.m))
+    band = adjusted_difference(bare, s, share=False, alpha=0.01, tuned_at=200)
+    plain = ratio_difference(
+        clustered_ratio(c.y, c.n, share=False), clustered_ratio(s.y, s.n, share=False), alpha=0.01, tuned_at=200
+    )
+    assert band.estimate == pytest.approx(plain.estimate) and band.variance_removed == 0.0
+
+
+def test_arms_whose_pre_rollout_ratios_disagree_beyond_chance_are_not_adjusted_and_say_so():
+    rng = np.random.default_rng(4)
+    offset, activity = _world(rng, 1000)
+    c = _arm(rng, offset[:500], activity[:500], 10_000, 0.0)
+    s = _arm(rng, offset[500:], activity[500:], 10_000, 0.0)
+    drifted = UserSums(c.y, c.n, c.x + 0.5 * c.m, c.m)  # the candidate arm's "before" was 65 % slower: not alike
+    band = adjusted_difference(drifted, s, share=False, alpha=0.01, tuned_at=200)
+    assert band.unbalanced and band.variance_removed == 0.0 and band.as_dict()["unbalanced"] == 1
+    assert not adjusted_difference(c, s, share=False, alpha=0.01, tuned_at=200).unbalanced
+
+
+def test_a_comparison_with_too_few_effective_users_does_not_decide():
+    from mlrelease.rollout.guardrails import evaluate
+    from mlrelease.verdicts.decide import Verdict
+
+    rng = np.random.default_rng(6)
+    units, offset, weight = np.arange(40), rng.normal(0.0, 0.3, 40), rng.lognormal(0.0, 1.6, 40)
+    latency = Guardrail(metric="latency", bad="higher", tolerance=0.5, alpha=0.05, min_samples=20)
+    few_c = _window(rng, units[:20], offset[:20], weight[:20], 5_000, 3.0)
+    few_s = _window(rng, units[20:], offset[20:], weight[20:], 5_000, 1.0)
+    result = evaluate(latency, "*", few_c, few_s)
+    assert result.verdict is Verdict.CONTINUE and "effective users in the smaller arm, need 10" in result.reason
+    assert evaluate(latency.model_copy(update={"min_users": 2}), "*", few_c, few_s).verdict is Verdict.FAIL

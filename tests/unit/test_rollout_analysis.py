@@ -120,7 +120,7 @@ def test_low_confidence_on_the_long_tail_fails_only_that_cohort_with_its_numbers
     }
     analysis = _analyze(1, current)
     assert analysis.verdicts["long_tail"] is Verdict.FAIL and analysis.verdicts["high_value"] is not Verdict.FAIL
-    rule = next(r for r in analysis.breaches() if r.contract.startswith("low_confidence_share ≤ 0.15"))
+    rule = next(r for r in analysis.breaches() if r.contract.startswith("low_confidence_share ≤ 0.2"))  # the demo's
     assert rule.cohort == "long_tail" and rule.candidate == pytest.approx(0.3)
 
 

@@ -266,3 +266,17 @@ def test_a_rolling_back_rollout_still_holds_the_model(tmp_path):
     with pytest.raises(RolloutBusy, match="phase rolling_back"):
         store.begin(rollout_record().model_copy(update={"run_key": "20261130T020000Z", "candidate_version": 3}))
     assert not (tmp_path / "history").exists()  # archived only once finished
+
+
+def test_the_pre_rollout_baseline_ends_when_the_rollout_began_and_starts_after_the_previous_one_ended():
+    from mlrelease.rollout.tick import baseline_window
+
+    plan = load_plan()
+    began = T0 + timedelta(hours=3)
+    state = RolloutState(candidate_version=2, stable_version=1, started_at=began)
+    assert baseline_window(state, plan, "production") == (began - timedelta(hours=2), began)
+    # the previous rollout's candidate held the same buckets until an hour ago: the window starts then
+    after = replace(state, baseline_since=began - timedelta(hours=1))
+    assert baseline_window(after, plan, "production") == (began - timedelta(hours=1), began)
+    assert baseline_window(replace(state, baseline_since=began), plan, "production") is None
+    assert baseline_window(replace(state, started_at=None), plan, "production") is None  # no start: no covariate

@@ -133,6 +133,14 @@ def evaluate(
         return GuardrailResult(
             cohort, guardrail.metric, Verdict.CONTINUE, mine, theirs, tolerance, reason, band.as_dict(), contract
         )
+    if band.effective_users is not None and band.effective_users < guardrail.min_users:
+        reason = (
+            f"{cohort} {guardrail.metric}: {band.effective_users:.1f} effective users in the smaller arm, need "
+            f"{guardrail.min_users}"
+        )
+        return GuardrailResult(
+            cohort, guardrail.metric, Verdict.CONTINUE, mine, theirs, tolerance, reason, band.as_dict(), contract
+        )
     verdict = decide(band, guardrail.bad, tolerance)
     reason = f"{cohort} {guardrail.metric}: {_evidence(guardrail, band)} → {verdict} [{contract}]"
     return GuardrailResult(cohort, guardrail.metric, verdict, mine, theirs, tolerance, reason, band.as_dict(), contract)

@@ -56,7 +56,8 @@ class RolloutState:
     stage_opened_at: datetime | None = None
     excluded_cohorts: tuple[str, ...] = ()
     reason: str = ""
-    started_at: datetime | None = None  # when the first stage opened: what came before is the pre-rollout baseline
+    started_at: datetime | None = None  # when the rollout began: what came before is the pre-rollout baseline
+    baseline_since: datetime | None = None  # … but not before this (the previous rollout of the model ended)
 
 
 @dataclass(frozen=True)

@@ -64,10 +64,17 @@ class Guardrail(StrictModel):
     limit: float | None = Field(
         None, ge=0, le=1, description="compare the candidate's share with this level instead of with stable"
     )
+    demo_limit: float | None = Field(None, ge=0, le=1, description="the level under the demo profile (unset: `limit`)")
     alpha: float | None = Field(
         None, gt=0, le=MAX_ALPHA, description="this contract's false-fail rate; unset: its share of the plan's budget"
     )
     min_samples: int = Field(200, ge=20, description="per arm, before a verdict may be reached")
+    min_users: int = Field(
+        10,
+        ge=2,
+        description="effective users per arm (Kish, weighting each by their requests) before a comparison with "
+        "stable may decide: a variance clustered by user needs enough users, not only enough requests",
+    )
     on_inconclusive: StageOnInconclusive = "pause"
     cohorts: tuple[str, ...] = Field(default=(), description="empty: the stage's judged cohorts")
     quantile: float = Field(0.99, gt=0.5, lt=1, description="latency_tail: stable's quantile the tail starts at")
@@ -85,6 +92,8 @@ class Guardrail(StrictModel):
                 raise ValueError(f"{name} of a share ({self.metric}) must be within [0, 1], got {value}")
             if self.metric in RELATIVE and not 0 < value <= 10:
                 raise ValueError(f"{name} of a relative shift ({self.metric}) must be in (0, 10], got {value}")
+        if self.demo_limit is not None and self.limit is None:
+            raise ValueError("demo_limit needs a limit (it is the limit under the demo profile)")
         if self.limit is not None and self.metric not in SHARES:
             raise ValueError(f"limit applies to shares ({', '.join(SHARES)}), not to {self.metric}")
         if self.metric == "latency_tail" and (self.bad != "higher" or self.limit is not None):
@@ -95,9 +104,14 @@ class Guardrail(StrictModel):
 
     def under(self, profile: Profile) -> Guardrail:
         """This contract with the tolerance of `profile` (the demo's shorter stages may declare a looser one)."""
-        if profile == "demo" and self.demo_tolerance is not None:
-            return self.model_copy(update={"tolerance": self.demo_tolerance, "demo_tolerance": None})
-        return self
+        if profile != "demo":
+            return self
+        update: dict[str, float | None] = {"demo_tolerance": None, "demo_limit": None}
+        if self.demo_tolerance is not None:
+            update["tolerance"] = self.demo_tolerance
+        if self.demo_limit is not None:
+            update["limit"] = self.demo_limit
+        return self.model_copy(update=update)
 
     @property
     def exact(self) -> bool:
@@ -315,12 +329,19 @@ class RolloutPlan(StrictModel):
 
     def _check_power(self) -> None:
         """Refuse a plan with a contract that cannot reach a verdict at its declared traffic (one line each)."""
-        from mlrelease.rollout.power import underpowered  # the power module reads this one
-
         cohorts = {tuple(t.requests_per_s) for t in self.traffic.values()}
         if len(cohorts) > 1:
             raise ValueError(f"traffic names different cohorts per profile: {sorted(cohorts)}")
         known = cohorts.pop()
+        try:
+            self._refuse_underpowered(known)
+        except StepError as refused:  # a plan that cannot be allocated or resolved is a validation error here
+            raise ValueError(str(refused)) from None
+
+    def _refuse_underpowered(self, known: tuple[str, ...]) -> None:
+        """The power check proper: every cohort declared, every contract resolvable under every declared profile."""
+        from mlrelease.rollout.power import underpowered  # the power module reads this one
+
         named = {c for s in self.stages for c in (*s.candidate_percent, *s.judge)} | {
             c for s in self.stages for g in s.guardrails for c in g.cohorts
         }

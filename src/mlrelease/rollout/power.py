@@ -84,8 +84,15 @@ def _arms(stage: Stage, cohort: str, traffic: ExpectedTraffic, seconds: float) -
     return candidate, stable * seconds
 
 
+# A candidate exactly as good as stable passes once its band lies within the tolerance: the band's centre wanders
+# with sd σ around 0, so "half-width < tolerance" alone passes it about half the time at the maximum exposure. The
+# check asks for half-width + POWER_Z·σ ≤ tolerance: such a candidate passes in time with ~84 % chance (one-sided).
+POWER_Z = 1.0
+
+
 def _radius(guardrail: Guardrail, traffic: ExpectedTraffic, candidate: float, stable: float) -> float:
-    """The band's half-width after `candidate` and `stable` requests, as the contract's boundary computes it."""
+    """How far the band of a candidate as good as stable reaches after `candidate` and `stable` requests: the
+    half-width the contract's boundary computes plus POWER_Z of the estimate's sd."""
     n = candidate if guardrail.limit is not None else min(candidate, stable)
     if n <= 0:
         return math.inf
@@ -98,7 +105,7 @@ def _radius(guardrail: Guardrail, traffic: ExpectedTraffic, candidate: float, st
         )
     alpha = guardrail.alpha or 0.01
     rho = guardrail.min_samples / (n * variance)  # the contract's tuning, as `sequential._band` sets it
-    return mixture_radius(1.0 / variance, alpha, rho)
+    return mixture_radius(1.0 / variance, alpha, rho) + POWER_Z * math.sqrt(variance)
 
 
 def _room(guardrail: Guardrail, traffic: ExpectedTraffic) -> float:
@@ -146,6 +153,8 @@ def underpowered(plan: RolloutPlan, profile: Profile) -> list[str]:
             if guardrail.exact:
                 continue  # a zero limit is decided by one event, or by none in `min_samples` requests
             for cohort in guardrail.cohorts or stage.judged:
+                if cohort != ALL and stage.candidate_percent.get(cohort, stage.candidate_percent.get(ALL, 0.0)) <= 0:
+                    continue  # a cohort the stage does not open is not judged there (as the analysis skips it)
                 power = contract_power(stage, guardrail, cohort, traffic, profile)
                 if not power.resolves:
                     lines.append(power.describe(profile, stage.max_exposure_s[profile]))

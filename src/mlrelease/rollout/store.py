@@ -59,6 +59,9 @@ class RolloutRecord(BaseModel):
     excluded_cohorts: tuple[str, ...] = ()
     reason: str = ""
     started_at: datetime
+    baseline_since: datetime | None = Field(
+        None, description="the previous rollout's end: the pre-rollout baseline starts no earlier"
+    )
     finished_at: datetime | None = None
     history: tuple[Event, ...] = ()
 
@@ -78,6 +81,7 @@ class RolloutRecord(BaseModel):
             excluded_cohorts=self.excluded_cohorts,
             reason=self.reason,
             started_at=self.started_at,
+            baseline_since=self.baseline_since,
         )
 
     def with_state(self, state: RolloutState, now: datetime) -> RolloutRecord:

@@ -15,6 +15,19 @@ from mlrelease.rollout.metrics_source import MetricsSource
 from mlrelease.rollout.plan import Profile, RolloutPlan
 
 
+def baseline_window(state: RolloutState, plan: RolloutPlan, profile: Profile) -> tuple[datetime, datetime] | None:
+    """The pre-rollout window whose per-user sums are every contract's covariate: `baseline_s` before the rollout
+    started, but never before `state.baseline_since` (the previous rollout's end: its candidate held the same
+    buckets, so earlier traffic would differ between the arms). None without a start or a lookback."""
+    lookback = plan.baseline_s[profile]
+    if state.started_at is None or lookback <= 0:
+        return None
+    since = state.started_at - timedelta(seconds=lookback)
+    if state.baseline_since is not None:
+        since = max(since, state.baseline_since)
+    return (since, state.started_at) if since < state.started_at else None
+
+
 def look(
     state: RolloutState,
     plan: RolloutPlan,
@@ -28,8 +41,7 @@ def look(
     """The open stage's analysis so far and the machine's decision on it; `tripped` is the fast guard's reason."""
     assert state.stage_opened_at is not None, "look at an open stage only"
     exposed_enough, final = exposure(state, plan, profile, now)
-    started, lookback = state.started_at or state.stage_opened_at, plan.baseline_s[profile]
-    before = (started - timedelta(seconds=lookback), started) if lookback > 0 else None
+    before = baseline_window(state, plan, profile)
     analysis = analyze_stage(
         plan.stages[state.stage],
         cohorts,

@@ -47,6 +47,8 @@ class Band:
     upper: float
     samples: int  # the smaller arm's count: what a minimum sample size is checked against
     variance_removed: float = 0.0  # the share of the difference's variance a pre-rollout covariate explained
+    effective_users: float | None = None  # the smaller arm's effective number of users (None: not by users)
+    unbalanced: bool = False  # the arms' pre-rollout ratios disagreed beyond chance: the covariate was left out
 
     def as_dict(self) -> dict[str, float | int]:
         """JSON-friendly form for the rollout record and the report."""
@@ -58,6 +60,10 @@ class Band:
         }
         if self.variance_removed:
             out["variance_removed"] = round(self.variance_removed, 4)
+        if self.effective_users is not None:
+            out["effective_users"] = round(self.effective_users, 1)
+        if self.unbalanced:
+            out["unbalanced"] = 1
         return out
 
 
@@ -223,6 +229,8 @@ class _ArmMoments:
     floor: float  # the smoothed binomial variance (shares), else 0
     users: int
     calls: float
+    pre_users: int  # users with pre-rollout traffic
+    effective_users: float  # Kish's effective number of users, weighting each by their requests
 
 
 def _linearized(top: np.ndarray, bottom: np.ndarray) -> tuple[float, np.ndarray, float]:
@@ -243,7 +251,19 @@ def _moments(arm: UserSums, share: bool) -> _ArmMoments:
     calls = float(n.sum())
     floor = _smoothed_variance(int(round(float(y.sum()))), int(round(calls))) / calls if share and calls > 0 else 0.0
     variance = max(k * float(r @ r), floor)
-    return _ArmMoments(theta, phi, variance, k_pre * float(s @ s), k * float(r @ s), floor, len(y), calls)
+    pre_users = int((m > 0).sum())
+    effective = calls**2 / float(n @ n) if calls > 0 else 0.0
+    return _ArmMoments(
+        theta, phi, variance, k_pre * float(s @ s), k * float(r @ s), floor, len(y), calls, pre_users, effective
+    )
+
+
+# The covariate is used only when both arms have this many users with pre-rollout traffic (an arm without any has no
+# pre-rollout ratio at all: subtracting the other arm's level would shift the estimate by the metric's level), and
+# only when the arms' pre-rollout ratios agree as randomisation says they must (|D̂| within BALANCE_Z of its sd): a
+# larger gap means the pre-rollout window was not alike for both arms (e.g. a previous candidate held its buckets).
+MIN_COVARIATE_USERS = 20
+BALANCE_Z = 4.0
 
 
 def adjusted_difference(candidate: UserSums, stable: UserSums, *, share: bool, alpha: float, tuned_at: int) -> Band:
@@ -253,18 +273,22 @@ def adjusted_difference(candidate: UserSums, stable: UserSums, *, share: bool, a
     """
     c, s = _moments(candidate, share), _moments(stable, share)
     n = int(min(c.calls, s.calls))
+    users = min(c.effective_users, s.effective_users)
     if min(c.users, s.users) < 2 or n == 0:
-        return Band(math.nan, -math.inf, math.inf, n)
+        return Band(math.nan, -math.inf, math.inf, n, effective_users=users)
     # a share's variance never goes below the smoothed binomial one (with no bad call at all the sandwich is 0)
     estimate, variance = c.theta - s.theta, c.variance + s.variance
     pre, cov = c.pre_variance + s.pre_variance, c.covariance + s.covariance
     removed = 0.0
-    if pre > 0 and variance > 0:
+    covariate = min(c.pre_users, s.pre_users) >= MIN_COVARIATE_USERS and pre > 0
+    balanced = covariate and abs(c.phi - s.phi) <= BALANCE_Z * math.sqrt(pre)
+    if balanced and variance > 0:
         adjusted = max(variance - cov * cov / pre, c.floor + s.floor)
         removed = 1.0 - adjusted / variance
         estimate, variance = estimate - cov / pre * (c.phi - s.phi), adjusted
     band = _band(estimate, variance, alpha, n * variance, tuned_at, n)
-    return replace(band, variance_removed=max(removed, 0.0))
+    unbalanced = covariate and not balanced
+    return replace(band, variance_removed=max(removed, 0.0), effective_users=users, unbalanced=unbalanced)
 
 
 def ratio_level(ratio: Ratio, level: float, *, alpha: float, tuned_at: int) -> Band:

@@ -58,6 +58,8 @@ def _begin(
         profile=profile,
         plan=plan,
         started_at=now_utc(),
+        # the previous rollout's candidate held the same user buckets until it ended
+        baseline_since=current.finished_at if current is not None else None,
     )
     return ctx.store.begin(proposed)
 
