@@ -48,7 +48,7 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 def _keep_freed_memory() -> None:
     """Let glibc's malloc reuse freed blocks of any size instead of mapping fresh pages for each large array: every
     tick and look allocates several arrays of 20,000 users × 41 latency bounds (3 MB), and faulting their pages in
-    anew took ~30 % of a rollout (the workers are forked and inherit this). No effect elsewhere than glibc."""
+    anew cost ~10 % of a rollout's CPU (the workers are forked and inherit this). No effect elsewhere than glibc."""
     try:
         import ctypes
 
