@@ -167,7 +167,7 @@ class SimSource:
     def windows(self, since: datetime, until: datetime, exclude: Any = ()) -> dict:
         """Every (cohort, assigned version) of the stage so far, with the excluded slices' requests taken out; a
         window that ends by the rollout's start is the pre-rollout baseline (every cohort on stable)."""
-        if self.before is not None and self.before.covers(until):
+        if self.before is not None and self.before.covers(since, until):
             return self.before.windows(self.units)
         return _cut(self.total, self.suspect, _slices(exclude, self.opened, self.slice_s))
 
@@ -369,7 +369,7 @@ class SumSource:
     def windows(self, since: datetime, until: datetime, exclude: Any = ()) -> dict:
         """Every (cohort, assigned version) of the stage so far, with the excluded slices' requests taken out; a
         window that ends by the rollout's start is the pre-rollout baseline (every cohort on stable)."""
-        if self.before is not None and self.before.covers(until):
+        if self.before is not None and self.before.covers(since, until):
             return self.before.windows(self.units)
         total = {key: _window(self.units, self.total[key]) for key, *_ in self.blocks}
         return _cut(total, self.suspect, _slices(exclude, self.opened, self.slice_s))
@@ -419,13 +419,20 @@ class Baseline:
     stable's behaviour (background failures, timeouts and repeats included); each stage's source asks for them laid
     out over its own units, keyed (cohort, stable) for every cohort."""
 
-    def __init__(self, until: datetime, cohort: np.ndarray, cohorts: tuple[str, ...], sums: dict) -> None:
-        self.until, self.cohort, self.cohorts, self.sums = until, cohort, cohorts, sums
+    def __init__(
+        self, since: datetime, until: datetime, cohort: np.ndarray, cohorts: tuple[str, ...], sums: dict
+    ) -> None:
+        self.since, self.until, self.cohort, self.cohorts, self.sums = since, until, cohort, cohorts, sums
         self._laid: tuple[np.ndarray, dict] | None = None  # the last layout asked for (one per stage)
 
-    def covers(self, until: datetime) -> bool:
-        """Whether a window ending at `until` lies before the rollout's start (then these sums answer it)."""
-        return until <= self.until
+    def covers(self, since: datetime, until: datetime) -> bool:
+        """Whether a window ending at `until` lies before the rollout's start (then these sums answer it; only the
+        whole stretch drawn can: a shorter one, after a previous rollout's end, is no rollout the simulator runs)."""
+        if until > self.until:
+            return False
+        if (since, until) != (self.since, self.until):
+            raise ValueError(f"the simulator drew the baseline {self.since} … {self.until}, not {since} … {until}")
+        return True
 
     def windows(self, units: np.ndarray) -> dict[tuple[str, int], CohortWindow]:
         """(cohort, stable) for every cohort, laid out over `units` (user ids; zero outside the cohort)."""
@@ -476,7 +483,7 @@ def draw_baseline(
             sums[name][ids] = drawn[name]
         sums["slow"] = np.zeros((bounds, users), np.float32)
         sums["slow"][:, ids] = drawn["slow"].full(bounds)
-    return Baseline(until, world.cohort, world.profile.cohorts, sums)
+    return Baseline(until - timedelta(seconds=seconds), until, world.cohort, world.profile.cohorts, sums)
 
 
 class TickGuards:
