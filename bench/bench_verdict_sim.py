@@ -64,6 +64,7 @@ def _keep_freed_memory() -> None:
 _keep_freed_memory()
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
@@ -584,9 +585,7 @@ def start(scenario: str, profile: str, seed: int, exact: bool = False) -> Rollou
     effect = SCENARIOS[scenario][0]
     rng = np.random.default_rng(seed)
     shape = traffic.TrafficProfile(rate_per_s=100.0 if profile == "production" else 200.0)
-    plan = load_plan()
-    if hasattr(plan, "allocated"):  # contracts' α drawn from the plan's error budget, as the rollout step does
-        plan = plan.allocated(shape.cohorts)
+    plan = _plan(shape.cohorts)
     world = traffic.make_world(shape, rng)
     guard = GuardConfig()
     guards = (ReplicaGuards if exact else TickGuards)(shape.replicas, guard)
@@ -598,6 +597,14 @@ def start(scenario: str, profile: str, seed: int, exact: bool = False) -> Rollou
         before_rng = np.random.default_rng([seed, BASELINE_STREAM])
         run.before = draw_baseline(world, model, before_rng, seconds, T0, exact)
     return run
+
+
+@functools.cache
+def _plan(cohorts: tuple[str, ...]) -> RolloutPlan:
+    """The plan, read and validated once per process (it is immutable): contracts' α drawn from the plan's error
+    budget, as the rollout step does."""
+    plan = load_plan()
+    return plan.allocated(cohorts) if hasattr(plan, "allocated") else plan
 
 
 def simulate(scenario: str, profile: str, seed: int, exact: bool = False) -> Outcome:
