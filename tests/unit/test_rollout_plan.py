@@ -60,7 +60,7 @@ def test_a_contract_that_cannot_reach_a_verdict_at_the_declared_traffic_is_refus
 
 
 def test_the_power_check_is_not_vacuous():
-    from mlrelease.rollout.power import contract_power
+    from mlrelease.rollout.power import POWER_Z, contract_power, spread
 
     plan = load_plan().allocated(load_config().cohorts.names)
     stage = plan.stages[0]
@@ -68,11 +68,17 @@ def test_the_power_check_is_not_vacuous():
     traffic = plan.traffic["production"]
     power = contract_power(stage, error, "high_value", traffic, "production")
     assert power.resolves and power.radius < error.tolerance < 10 * power.radius
-    # the radius is the contract's own boundary: the band of an A/A window of that many requests is as wide
+    # its half-width is the contract's own boundary: the band of an A/A window of that many independent requests
+    # (design effect 1) is as wide, within the smoothing of 9 errors (10/9 of the variance: 5 % of the width)
     n = int(power.requests)
+    independent = traffic.model_copy(update={"design_effect": 1.0})
+    half_width, sd = spread(error, independent, n, n)
     band = evaluate(error, "high_value", _window(n=n, errors=round(n * 1e-4)), _window(n=n, errors=round(n * 1e-4)))
-    width = (band.band["upper"] - band.band["lower"]) / 2
-    assert width == pytest.approx(power.radius / np.sqrt(traffic.design_effect), rel=0.35)
+    assert (band.band["upper"] - band.band["lower"]) / 2 == pytest.approx(half_width, rel=0.08)
+    # … and what it asks of a plan is that half-width plus POWER_Z sd, at the declared design effect
+    clustered = spread(error, traffic, n, n)
+    assert power.radius == pytest.approx(clustered[0] + POWER_Z * clustered[1])
+    assert clustered[0] == pytest.approx(half_width * np.sqrt(traffic.design_effect), rel=0.05)
 
 
 def test_a_budget_spent_before_the_stages_is_refused_naming_the_numbers(tmp_path):

@@ -93,9 +93,16 @@ POWER_Z = 1.0
 def _radius(guardrail: Guardrail, traffic: ExpectedTraffic, candidate: float, stable: float) -> float:
     """How far the band of a candidate as good as stable reaches after `candidate` and `stable` requests: the
     half-width the contract's boundary computes plus POWER_Z of the estimate's sd."""
+    half_width, sd = spread(guardrail, traffic, candidate, stable)
+    return half_width + POWER_Z * sd
+
+
+def spread(guardrail: Guardrail, traffic: ExpectedTraffic, candidate: float, stable: float) -> tuple[float, float]:
+    """The band's half-width (the contract's own boundary at its α and tuning) and the estimate's sd after
+    `candidate` and `stable` requests of the declared traffic."""
     n = candidate if guardrail.limit is not None else min(candidate, stable)
     if n <= 0:
-        return math.inf
+        return math.inf, math.inf
     if guardrail.limit is not None:  # one arm against a fixed level
         variance = _per_request_variance(guardrail, traffic, candidate) * traffic.design_effect / candidate
     else:
@@ -105,7 +112,7 @@ def _radius(guardrail: Guardrail, traffic: ExpectedTraffic, candidate: float, st
         )
     alpha = guardrail.alpha or 0.01
     rho = guardrail.min_samples / (n * variance)  # the contract's tuning, as `sequential._band` sets it
-    return mixture_radius(1.0 / variance, alpha, rho) + POWER_Z * math.sqrt(variance)
+    return mixture_radius(1.0 / variance, alpha, rho), math.sqrt(variance)
 
 
 def _room(guardrail: Guardrail, traffic: ExpectedTraffic) -> float:
