@@ -285,7 +285,9 @@ def test_good_candidate_is_promoted_with_no_client_errors(fresh, gateway, bodies
         report_shadow = shadow(fresh.settings, HEALTHY_CANDIDATE, release.end, plan_path=release.plan)
         results = release.all_stages()
         promoted = steps.promote(fresh.settings, HEALTHY_CANDIDATE, release.key)
-    assert report_shadow["status"] == "passed" and report_shadow["disagreement_share"] == 0.0
+    # a retrained model of the same quality: its answers differ row by row, within the shadow's tolerances
+    assert report_shadow["status"] == "passed" and 0.0 < report_shadow["median_relative_diff"]
+    assert report_shadow["disagreement_share"] <= 0.10
     # latency judged on interleaved pairs, with Triton's own per-version queue and compute time beside it
     assert report_shadow["latency_verdict"] == "pass" and report_shadow["latency_pairs"] >= 50
     server = report_shadow["server_side_us"]
