@@ -48,6 +48,9 @@ def _begin(
         return current  # a rerun resumes the stored rollout, under the plan it started with
     # every contract's α drawn from the plan's budget, and its tolerance for the profile the rollout runs under
     plan = load_plan(plan_path).allocated(ctx.cohorts).under(profile)
+    # the power check ran at load; the record keeps the plan it judges with, without the declared traffic, so that
+    # reading an active record never re-runs a check (a stricter one later would make it unreadable)
+    plan = plan.model_copy(update={"traffic": {}})
     if wired is not None and len(plan.stages) != wired:
         raise StepError(f"the rollout plan has {len(plan.stages)} stages but the DAG wires {wired}; make them match")
     proposed = RolloutRecord(
