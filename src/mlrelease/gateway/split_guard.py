@@ -9,14 +9,11 @@ Regression Detection in Software Deployments through Sequential Testing", KDD 20
 the candidate fails `ratio` times as often, a failure on the candidate multiplies the likelihood ratio by θ₁/π and one
 on stable by (1 − θ₁)/(1 − π), with θ₁ = ratio·π / (ratio·π + 1 − π).
 
-Two statistics share α, half each. The likelihood-ratio product since the guard started (a test martingale: by
-Ville's inequality it ever reaches 2/α with probability at most α/2) is the fast one for a candidate that fails from
-its first call, the common case of a broken build: ~4 failures at a 10 % share, no restarts to pay for. And a CUSUM
-of the same log ratios (reset at zero, so evidence from a good past cannot hide a candidate that starts failing
-later: the e-CUSUM of Shin, Ramdas & Rinaldo, "E-detectors", 2023), whose j-th failure is checked against
-log(1/α_j) with α_j = (α/2) · 6/(π² j²). Why that spends at most α/2: the CUSUM crosses at failure j only if the
-likelihood-ratio product started at some earlier failure i ≤ j crosses 1/α_j ≥ 1/α_i, and by Ville's inequality the
-product started at i ever crosses 1/α_i with probability at most α_i; Σ_i α_i = α/2. The bound assumes failures
+The statistic is a CUSUM of those log ratios (reset at zero, so evidence from a good past cannot hide a candidate
+that starts failing now: the e-CUSUM of Shin, Ramdas & Rinaldo, "E-detectors", 2023). The j-th failure is checked
+against log(1/α_j) with α_j = α · 6/(π² j²). Why that spends at most α in all: the CUSUM crosses at failure j only if
+the likelihood-ratio product started at some earlier failure i ≤ j crosses 1/α_j ≥ 1/α_i, and by Ville's inequality
+the product started at i ever crosses 1/α_i with probability at most α_i; Σ_i α_i = α. The bound assumes failures
 independent given the traffic; bursts of a few correlated failures are measured by `bench/bench_verdict_sim.py`,
 not assumed away. Every model call counts by the version that made it: stable's retries of failed candidate calls
 are stable calls of the same seconds (a shared outage fails them too), so even a candidate that serves every cohort
@@ -67,7 +64,6 @@ class SplitGuard:
         self._candidate = 0.0
         self._stable = 0.0
         self.evidence = 0.0  # the CUSUM of log likelihood ratios
-        self.since_start = 0.0  # the log likelihood-ratio product since the guard started (never reset)
         self.failures = 0  # failures weighed so far (j)
         self.invalid_to_trip = invalid_to_trip
         self.invalid = 0  # the candidate's NaN/inf or out-of-range answers
@@ -80,13 +76,8 @@ class SplitGuard:
         return self._candidate / total if total >= MIN_REQUESTS else None
 
     def threshold(self, failures: int) -> float:
-        """The log-evidence the CUSUM's `failures`-th failure must reach to trip (log 1/α_j, α/2 spent over j)."""
-        return math.log(math.pi**2 * failures**2 / (3.0 * self.alpha))
-
-    @property
-    def start_threshold(self) -> float:
-        """The log-evidence the product since the start must reach (log 2/α)."""
-        return math.log(2.0 / self.alpha)
+        """The log-evidence the `failures`-th failure must reach to trip (log 1/α_j)."""
+        return math.log(math.pi**2 * failures**2 / (6.0 * self.alpha))
 
     def observe(self, arm: str, failed: bool, count: int = 1) -> bool:
         """One request of `arm` ('candidate' or 'stable'), failed or not; True when this one trips the guard.
@@ -117,9 +108,8 @@ class SplitGuard:
         theta = self.ratio * share / (self.ratio * share + 1.0 - share)
         step = math.log(theta / share) if arm == "candidate" else math.log((1.0 - theta) / (1.0 - share))
         self.evidence = max(self.evidence, 0.0) + step
-        self.since_start += step
         self.failures += 1
-        self.tripped = self.evidence >= self.threshold(self.failures) or self.since_start >= self.start_threshold
+        self.tripped = self.evidence >= self.threshold(self.failures)
         return self.tripped
 
     def _count(self, now: float, arm: str, count: int) -> None:
@@ -144,11 +134,8 @@ class SplitGuard:
         """Why it tripped, for the trip record and the alert."""
         if self.invalid >= self.invalid_to_trip:
             return f"the candidate answered NaN/inf or out of range {self.invalid} times (a zero limit)"
-        if self.since_start >= self.start_threshold:
-            evidence, threshold = self.since_start, self.start_threshold
-        else:
-            evidence, threshold = self.evidence, self.threshold(self.failures)
         return (
-            f"hard failures fell on the candidate beyond its traffic share: log-evidence {evidence:.1f} ≥ "
-            f"{threshold:.1f} at failure {self.failures} (ratio {self.ratio:g} vs stable, α={self.alpha:g} per replica)"
+            f"hard failures fell on the candidate beyond its traffic share: log-evidence {self.evidence:.1f} ≥ "
+            f"{self.threshold(self.failures):.1f} at failure {self.failures} (ratio {self.ratio:g} vs stable, "
+            f"α={self.alpha:g} per replica)"
         )
