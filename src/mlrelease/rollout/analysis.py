@@ -92,8 +92,7 @@ class StageAnalysis:
 
 def open_cohorts(stage: Stage, cohorts: tuple[str, ...], excluded: tuple[str, ...]) -> tuple[str, ...]:
     """The cohorts this stage sends some candidate traffic to, minus those already rolled back."""
-    default = stage.candidate_percent.get(ALL, 0.0)
-    return tuple(c for c in cohorts if stage.candidate_percent.get(c, default) > 0 and c not in excluded)
+    return tuple(c for c in cohorts if stage.share(c) > 0 and c not in excluded)
 
 
 def _windows(
@@ -129,7 +128,7 @@ def analyze_stage(
 
     :param cohorts: the cohorts the gateway defines.
     :param excluded: cohorts already rolled back to stable (not judged, not pooled).
-    :param exposed_enough: the stage's minimum exposure is over (`accept` contracts resolve).
+    :param exposed_enough: the stage's minimum exposure is over (a zero limit with no event may pass).
     :param final: the stage is at its maximum exposure (every open question resolves as the plan says).
     :param max_gap_s: a silence without model calls longer than this is an outage (the plan's `max_gap_s`).
     :param before: the stretch before the rollout started (every user on stable): each user's sums there are the

@@ -118,32 +118,27 @@ def evaluate(
     """Judge one contract on one cohort: continue below `min_samples` per arm, else what the band shows; `before` is
     the cohort's pre-rollout window (every user on stable), the covariate of a comparison with stable."""
     band, mine, theirs = band_for(guardrail, candidate, stable, before)
-    tolerance = guardrail.log_tolerance
     contract = guardrail.describe()
+
+    def result(verdict: Verdict, reason: str) -> GuardrailResult:
+        return GuardrailResult(
+            cohort, guardrail.metric, verdict, mine, theirs, guardrail.log_tolerance, reason, band.as_dict(), contract
+        )
+
+    what = f"{cohort} {guardrail.metric}"
     if guardrail.limit == 0 and guardrail.tolerance == 0 and (mine or 0) > 0:
         # A zero limit needs no statistics: one observed event proves the rate is above zero.
         numerator, denominator = RATIOS[guardrail.metric]
         bad, n = candidate.total(numerator), candidate.total(denominator)
-        reason = f"{cohort} {guardrail.metric}: {bad:.0f} of {n:.0f} calls, over a zero limit → fail [{contract}]"
-        return GuardrailResult(
-            cohort, guardrail.metric, Verdict.FAIL, mine, theirs, tolerance, reason, band.as_dict(), contract
-        )
+        return result(Verdict.FAIL, f"{what}: {bad:.0f} of {n:.0f} calls, over a zero limit → fail [{contract}]")
     if band.samples < guardrail.min_samples:
-        reason = f"{cohort} {guardrail.metric}: {band.samples} calls in the smaller arm, need {guardrail.min_samples}"
-        return GuardrailResult(
-            cohort, guardrail.metric, Verdict.CONTINUE, mine, theirs, tolerance, reason, band.as_dict(), contract
-        )
+        calls = f"{band.samples} calls in the smaller arm, need {guardrail.min_samples}"
+        return result(Verdict.CONTINUE, f"{what}: {calls}")
     if band.effective_users is not None and band.effective_users < guardrail.min_users:
-        reason = (
-            f"{cohort} {guardrail.metric}: {band.effective_users:.1f} effective users in the smaller arm, need "
-            f"{guardrail.min_users}"
-        )
-        return GuardrailResult(
-            cohort, guardrail.metric, Verdict.CONTINUE, mine, theirs, tolerance, reason, band.as_dict(), contract
-        )
-    verdict = decide(band, guardrail.bad, tolerance)
-    reason = f"{cohort} {guardrail.metric}: {_evidence(guardrail, band)} → {verdict} [{contract}]"
-    return GuardrailResult(cohort, guardrail.metric, verdict, mine, theirs, tolerance, reason, band.as_dict(), contract)
+        users = f"{band.effective_users:.1f} effective users in the smaller arm, need {guardrail.min_users}"
+        return result(Verdict.CONTINUE, f"{what}: {users}")
+    verdict = decide(band, guardrail.bad, guardrail.log_tolerance)
+    return result(verdict, f"{what}: {_evidence(guardrail, band)} → {verdict} [{contract}]")
 
 
 def _evidence(guardrail: Guardrail, band: Band) -> str:

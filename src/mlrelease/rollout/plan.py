@@ -29,7 +29,8 @@ Profile = Literal["production", "demo"]
 Direction = Literal["higher", "lower", "either"]
 OnInconclusive = Literal["accept", "pause", "rollback"]  # the shadow gate's one-look tests
 # A stage contract never passes without evidence: an open question at the maximum exposure pauses or rolls back, and
-# the power check (`RolloutPlan.check_power`) refuses, at load, a contract that cannot reach a verdict in time.
+# the power check (`mlrelease.rollout.power`, run when a plan with `traffic` loads) refuses a contract that cannot
+# reach a verdict in time.
 StageOnInconclusive = Literal["pause", "rollback"]
 
 # Metrics whose value is a share of calls (tolerance in absolute share: 0.001 = 0.1 percentage points) and
@@ -173,6 +174,10 @@ class Stage(StrictModel):
         if longer:
             raise ValueError(f"max_exposure_s is shorter than min_exposure_s for {longer}")
         return self
+
+    def share(self, cohort: str) -> float:
+        """The candidate's percentage of `cohort` in this stage ('*' gives the default for unnamed cohorts)."""
+        return self.candidate_percent.get(cohort, self.candidate_percent.get(ALL, 0.0))
 
     @property
     def judged(self) -> tuple[str, ...]:
@@ -342,10 +347,7 @@ class RolloutPlan(StrictModel):
         """The power check proper: every cohort declared, every contract resolvable under every declared profile."""
         from mlrelease.rollout.power import underpowered  # the power module reads this one
 
-        named = {c for s in self.stages for c in (*s.candidate_percent, *s.judge)} | {
-            c for s in self.stages for g in s.guardrails for c in g.cohorts
-        }
-        missing = sorted(named - {*known, ALL})
+        missing = self.unknown_cohorts(known)
         if missing:
             raise ValueError(f"traffic.*.requests_per_s does not declare cohort(s) {missing} that the stages name")
         unset = any(g.alpha is None and not g.exact for s in self.stages for g in s.guardrails)
@@ -354,12 +356,16 @@ class RolloutPlan(StrictModel):
         if lines:
             raise ValueError("contracts that would only ever be inconclusive:\n" + "\n".join(lines))
 
-    def check_cohorts(self, known: tuple[str, ...]) -> None:
-        """Refuse a plan naming cohorts the gateway does not define ('*' means all of them)."""
+    def unknown_cohorts(self, known: tuple[str, ...]) -> list[str]:
+        """The cohorts the plan names (shares, judged cohorts, contracts) that are not in `known` ('*' is always)."""
         named = {c for s in self.stages for c in (*s.candidate_percent, *s.judge)} | {
             c for s in self.stages for g in s.guardrails for c in g.cohorts
         }
-        unknown = sorted(named - {*known, "*"})
+        return sorted(named - {*known, ALL})
+
+    def check_cohorts(self, known: tuple[str, ...]) -> None:
+        """Refuse a plan naming cohorts the gateway does not define ('*' means all of them)."""
+        unknown = self.unknown_cohorts(known)
         if unknown:
             raise StepError(f"rollout plan names unknown cohort(s) {unknown}; the gateway defines {list(known)}")
 

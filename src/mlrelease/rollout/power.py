@@ -76,12 +76,10 @@ def _per_request_variance(guardrail: Guardrail, traffic: ExpectedTraffic, reques
 
 def _arms(stage: Stage, cohort: str, traffic: ExpectedTraffic, seconds: float) -> tuple[float, float]:
     """Requests per arm (candidate, stable) of the judged cohort (or every opened cohort, for '*') in `seconds`."""
-    default = stage.candidate_percent.get(ALL, 0.0)
-    opened = [c for c in traffic.requests_per_s if stage.candidate_percent.get(c, default) > 0]
-    pool = opened if cohort == ALL else [cohort]
-    candidate = sum(traffic.requests_per_s[c] * stage.candidate_percent.get(c, default) / 100 for c in pool) * seconds
-    stable = sum(traffic.requests_per_s[c] * (1 - stage.candidate_percent.get(c, default) / 100) for c in pool)
-    return candidate, stable * seconds
+    pool = [c for c in traffic.requests_per_s if stage.share(c) > 0] if cohort == ALL else [cohort]
+    candidate = sum(traffic.requests_per_s[c] * stage.share(c) / 100 for c in pool) * seconds
+    stable = sum(traffic.requests_per_s[c] * (1 - stage.share(c) / 100) for c in pool) * seconds
+    return candidate, stable
 
 
 # A candidate exactly as good as stable passes once its band lies within the tolerance: the band's centre wanders
@@ -160,7 +158,7 @@ def underpowered(plan: RolloutPlan, profile: Profile) -> list[str]:
             if guardrail.exact:
                 continue  # a zero limit is decided by one event, or by none in `min_samples` requests
             for cohort in guardrail.cohorts or stage.judged:
-                if cohort != ALL and stage.candidate_percent.get(cohort, stage.candidate_percent.get(ALL, 0.0)) <= 0:
+                if cohort != ALL and stage.share(cohort) <= 0:
                     continue  # a cohort the stage does not open is not judged there (as the analysis skips it)
                 power = contract_power(stage, guardrail, cohort, traffic, profile)
                 if not power.resolves:
