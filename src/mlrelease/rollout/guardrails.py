@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from mlrelease.rollout.plan import RELATIVE, Guardrail
-from mlrelease.rollout.windows import EMPTY, LATENCY_BOUNDS_S, CohortWindow, aligned
+from mlrelease.rollout.windows import EMPTY, LATENCY_BOUNDS_S, CohortWindow, on_units
 from mlrelease.verdicts.decide import ON_INCONCLUSIVE, SEVERITY, Verdict, decide, worst
 from mlrelease.verdicts.sequential import Band, UserSums, adjusted_difference, clustered_ratio, ratio_level
 
@@ -71,8 +71,8 @@ def _sums(guardrail: Guardrail, window: CohortWindow, bound: int) -> tuple[np.nd
 def _user_sums(guardrail: Guardrail, window: CohortWindow, before: CohortWindow, bound: int) -> UserSums:
     """An arm's per-user sums in the window beside the same users' sums before the rollout (the covariate)."""
     y, n = _sums(guardrail, window, bound)
-    x, m = _sums(guardrail, aligned(before, window.units), bound)
-    return UserSums(y, n, x, m)
+    x, m = _sums(guardrail, before, bound)
+    return UserSums(y, n, on_units(before.units, x, window.units), on_units(before.units, m, window.units))
 
 
 def band_for(

@@ -107,32 +107,20 @@ def _regroup(units: np.ndarray, first: CohortWindow, second: CohortWindow, *, si
     return CohortWindow(ids[keep], **{k: v[keep] for k, v in sums.items()}, slow=slow[keep])
 
 
-def aligned(window: CohortWindow, units: np.ndarray) -> CohortWindow:
-    """`window`'s sums for exactly `units`, in their order (zeros for a user it does not hold): a pre-rollout window
-    laid beside an arm's window, user by user."""
+def on_units(ids: np.ndarray, values: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """`values` (one per user of `ids`) laid out on `units`, in their order, zero for a user `ids` does not hold: a
+    pre-rollout sum beside an arm's window, user by user (only the arrays a contract reads, not the whole window)."""
     units = np.asarray(units, dtype=np.int64)
-    if len(window.units) == len(units) and np.array_equal(window.units, units):
-        return window
-    if not len(window.units):
-        return dense_zeros(units)
-    order = np.argsort(window.units, kind="stable")
-    ids = window.units[order]
-    at = np.clip(np.searchsorted(ids, units), 0, len(ids) - 1)
-    found = ids[at] == units
-    rows = order[at]
-
-    def pick(values: np.ndarray) -> np.ndarray:
-        out = np.zeros((len(units), *values.shape[1:]))
-        out[found] = values[rows[found]]
+    if len(ids) == len(units) and np.array_equal(ids, units):
+        return values
+    out = np.zeros(len(units))
+    if not len(ids):
         return out
-
-    return CohortWindow(units, **{name: pick(getattr(window, name)) for name in _SUMS}, slow=pick(window.slow))
-
-
-def dense_zeros(units: np.ndarray) -> CohortWindow:
-    """A window of these users with every sum zero."""
-    n = len(units)
-    return CohortWindow(units, **{name: np.zeros(n) for name in _SUMS}, slow=np.zeros((n, len(LATENCY_BOUNDS_S))))
+    order = np.argsort(ids, kind="stable")
+    at = np.clip(np.searchsorted(ids[order], units), 0, len(ids) - 1)
+    found = ids[order][at] == units
+    out[found] = values[order[at[found]]]
+    return out
 
 
 def dense(window: CohortWindow, users: int) -> CohortWindow:
