@@ -274,6 +274,7 @@ def _split_guard(guard: GuardConfig, clock: Any) -> SplitGuard:
         alpha=guard.false_trip_rate,
         window_s=guard.window_s,
         invalid_to_trip=guard.invalid_to_trip,
+        burst_failures=guard.burst_failures,
         clock=clock,
     )
 

@@ -97,3 +97,62 @@ def test_the_relative_guard_trips_a_candidate_failing_every_call_within_a_few_ca
     for i in range(500):
         clock[0] += 0.01
         assert not shared.observe("candidate" if i % 8 == 0 else "stable", True)
+
+
+def _aa_bursts(rng: np.random.Generator, share: float, bursts: int, guard: SplitGuard) -> bool:
+    """A/A with bursty failures: each burst of 1–5 back-to-back failures falls on one arm as a whole."""
+    clock = [0.0]
+    guard._clock = lambda: clock[0]  # noqa: SLF001 - a deterministic clock for the test
+    for _ in range(bursts):
+        clock[0] += 0.5
+        guard.observe("candidate", False, count=int(100 * share))
+        guard.observe("stable", False, count=int(100 * (1 - share)))
+        arm = "candidate" if rng.random() < share else "stable"
+        for _ in range(int(rng.integers(1, 6))):
+            if guard.observe(arm, True):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("share", [0.12, 0.5])
+def test_a_burst_of_failures_weighs_as_one_event_so_bursty_aa_traffic_keeps_the_false_trip_rate(share):
+    rng = np.random.default_rng(5)
+    alpha = 0.05
+    trips = sum(_aa_bursts(rng, share, 200, SplitGuard(ratio=20, alpha=alpha, window_s=10)) for _ in range(2000))
+    assert trips / 2000 <= alpha
+    # weighing every failure of a burst (a declared burst length of 1) trips far more often than α: the rule matters
+    naive = sum(
+        _aa_bursts(rng, share, 200, SplitGuard(ratio=20, alpha=alpha, window_s=10, burst_failures=1))
+        for _ in range(300)
+    )
+    assert naive / 300 > 2 * alpha
+
+
+def test_a_run_longer_than_any_burst_trips_while_stable_answers_but_not_when_stable_fails_too():
+    clock = [0.0]
+    guard = SplitGuard(ratio=20, alpha=1e-4, window_s=10, burst_failures=5, clock=lambda: clock[0])
+    guard.observe("stable", False, count=88)
+    guard.observe("candidate", False, count=12)
+    for _ in range(5):  # a burst as long as the declared one, stable answering beside it: no trip
+        clock[0] += 0.1
+        assert not guard.observe("candidate", True)
+        guard.observe("stable", False, count=3)
+    guard.observe("candidate", False)  # the burst ends
+    calls = 0
+    while not guard.tripped:  # now every call fails
+        clock[0] += 0.1
+        calls += 1
+        guard.observe("candidate", True)
+        guard.observe("stable", False, count=3)
+    assert calls == guard.run_to_trip == 7
+    assert "failed 7 calls in a row while stable answered" in guard.describe()
+    # the same run while stable fails beside it (serving is down): the run rule stays silent
+    outage = SplitGuard(ratio=20, alpha=1e-4, window_s=10, burst_failures=5, clock=lambda: clock[0])
+    outage.observe("stable", False, count=88)
+    outage.observe("candidate", False, count=12)
+    for _ in range(20):
+        clock[0] += 0.1
+        assert not outage.observe("candidate", True)
+        assert not outage.observe("stable", True)
+        outage.observe("stable", False, count=7)
+    assert outage.runs["candidate"] == 20

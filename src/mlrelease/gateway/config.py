@@ -90,6 +90,12 @@ class GuardConfig(StrictModel):
     invalid_to_trip: int = Field(
         3, ge=1, description="the candidate's NaN/inf or out-of-range answers that trip it (never acceptable)"
     )
+    burst_failures: int = Field(
+        5,
+        ge=1,
+        description="the longest run of back-to-back failures a healthy version shows on one replica: a run weighs "
+        "once per this many failures, and a candidate run 2 longer (while stable answers) trips it",
+    )
     candidate_timeout_ms: float = Field(500.0, gt=0)
     stable_timeout_ms: float = Field(2000.0, gt=0)
     min_eta_hours: float = 0.0

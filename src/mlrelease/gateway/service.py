@@ -83,6 +83,7 @@ class PredictService:
                 alpha=guard.false_trip_rate,
                 window_s=guard.window_s,
                 invalid_to_trip=guard.invalid_to_trip,
+                burst_failures=guard.burst_failures,
             )
         return self._guards[candidate]
 

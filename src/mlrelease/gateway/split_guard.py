@@ -10,14 +10,27 @@ the candidate fails `ratio` times as often, a failure on the candidate multiplie
 on stable by (1 − θ₁)/(1 − π), with θ₁ = ratio·π / (ratio·π + 1 − π).
 
 The statistic is a CUSUM of those log ratios (reset at zero, so evidence from a good past cannot hide a candidate
-that starts failing now: the e-CUSUM of Shin, Ramdas & Rinaldo, "E-detectors", 2023). The j-th failure is checked
-against log(1/α_j) with α_j = α · 6/(π² j²). Why that spends at most α in all: the CUSUM crosses at failure j only if
-the likelihood-ratio product started at some earlier failure i ≤ j crosses 1/α_j ≥ 1/α_i, and by Ville's inequality
-the product started at i ever crosses 1/α_i with probability at most α_i; Σ_i α_i = α. The bound assumes failures
-independent given the traffic; bursts of a few correlated failures are measured by `bench/bench_verdict_sim.py`,
-not assumed away. Every model call counts by the version that made it: stable's retries of failed candidate calls
-are stable calls of the same seconds (a shared outage fails them too), so even a candidate that serves every cohort
-is compared with stable.
+that starts failing now: the e-CUSUM of Shin, Ramdas & Rinaldo, "E-detectors", 2023). The j-th weighed failure is
+checked against log(1/α_j) with α_j = α · 6/(π² j²). Why that spends at most α in all: the CUSUM crosses at
+failure j only if the likelihood-ratio product started at some earlier failure i ≤ j crosses 1/α_j ≥ 1/α_i, and by
+Ville's inequality the product started at i ever crosses 1/α_i with probability at most α_i; Σ_i α_i = α.
+
+That bound needs failures independent given the traffic, and real ones come in bursts: a stalled instance fails the
+next few calls of its version on that replica back to back. A burst falls on one arm as a whole, so five failures
+of one burst are one piece of evidence, not five (weighed one by one, a burst of 5 on a 12 % candidate carries
+~10.5 nats and tripped ~0.2 % of A/A rollouts in the simulator). So failures are weighed by *runs*: back-to-back
+failures of one arm on this replica with no success of that arm between them weigh once per `burst_failures`
+(the longest burst a healthy version shows). Bursts are then the independent events the bound counts.
+
+A candidate that fails every call makes one endless run, which the CUSUM weighs only every `burst_failures`
+failures; such a run is decided exactly instead, like a zero limit: a healthy version never fails more than
+`burst_failures` calls in a row (one more allows an independent failure right beside a burst), so
+`burst_failures + 2` back-to-back candidate failures trip it, provided stable answered on this replica during the
+run and never failed (a serving outage fails both arms, and stable's failures veto the run).
+
+Every model call counts by the version that made it: stable's retries of failed candidate calls are stable calls of
+the same seconds (a shared outage fails them too), so even a candidate that serves every cohort is compared with
+stable.
 
 NaN/inf and out-of-range answers are judged exactly, like the plan's zero limit on `nan_rate`: stable never gives one
 (it would be broken itself), so `invalid_to_trip` of them trip the candidate whatever the traffic split.
@@ -40,6 +53,7 @@ class SplitGuard:
     :param ratio: the failure-rate ratio (candidate / stable) the test is tuned to detect.
     :param alpha: the chance that this replica's guard ever trips an A/A candidate (independent failures).
     :param window_s: how far back the arms' request counts give the traffic share π.
+    :param burst_failures: the longest run of back-to-back failures a healthy version shows on one replica.
     :param clock: monotonic clock (injectable for tests and the simulator).
     """
 
@@ -50,11 +64,13 @@ class SplitGuard:
         alpha: float,
         window_s: float,
         invalid_to_trip: int = 3,
+        burst_failures: int = 5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if ratio <= 1 or not 0 < alpha < 1 or window_s <= 0:
+        if ratio <= 1 or not 0 < alpha < 1 or window_s <= 0 or burst_failures < 1:
             raise ValueError(
-                f"SplitGuard needs ratio > 1, 0 < alpha < 1, window_s > 0 (got {ratio}, {alpha}, {window_s})"
+                "SplitGuard needs ratio > 1, 0 < alpha < 1, window_s > 0, burst_failures ≥ 1 "
+                f"(got {ratio}, {alpha}, {window_s}, {burst_failures})"
             )
         self.ratio = ratio
         self.alpha = alpha
@@ -64,7 +80,11 @@ class SplitGuard:
         self._candidate = 0.0
         self._stable = 0.0
         self.evidence = 0.0  # the CUSUM of log likelihood ratios
-        self.failures = 0  # failures weighed so far (j)
+        self.failures = 0  # runs weighed so far (j)
+        self.burst_failures = burst_failures
+        self.runs = {"candidate": 0, "stable": 0}  # each arm's back-to-back failures on this replica, now
+        self._stable_answered = False  # stable succeeded during the candidate's current run …
+        self._stable_failed = False  # … or failed during it
         self.invalid_to_trip = invalid_to_trip
         self.invalid = 0  # the candidate's NaN/inf or out-of-range answers
         self.tripped = False
@@ -74,6 +94,11 @@ class SplitGuard:
         self._expire(self._clock())
         total = self._candidate + self._stable
         return self._candidate / total if total >= MIN_REQUESTS else None
+
+    @property
+    def run_to_trip(self) -> int:
+        """Back-to-back candidate failures (while stable answers) that no healthy version shows: they trip it."""
+        return self.burst_failures + 2
 
     def threshold(self, failures: int) -> float:
         """The log-evidence the `failures`-th failure must reach to trip (log 1/α_j)."""
@@ -90,7 +115,9 @@ class SplitGuard:
         now = self._clock()
         tripped = False
         if failed:
-            tripped = self._weigh(arm, self.share())
+            tripped = self._failed(arm)
+        elif count:
+            self._answered(arm, count)
         self._count(now, arm, count)
         return tripped
 
@@ -101,6 +128,25 @@ class SplitGuard:
         self.invalid += 1
         self.tripped = self.invalid >= self.invalid_to_trip
         return self.tripped
+
+    def _failed(self, arm: str) -> bool:
+        """One failure: it extends its arm's run; the run's 1st, (m+1)-th, … failure is weighed (m = burst_failures)."""
+        run = self.runs[arm] = self.runs[arm] + 1
+        if arm == "candidate" and run == 1:
+            self._stable_answered = self._stable_failed = False
+        if arm == "stable" and self.runs["candidate"]:
+            self._stable_failed = True
+        if (run - 1) % self.burst_failures == 0 and self._weigh(arm, self.share()):
+            return True
+        if arm == "candidate" and run >= self.run_to_trip and self._stable_answered and not self._stable_failed:
+            self.tripped = True
+        return self.tripped
+
+    def _answered(self, arm: str, count: int) -> None:
+        """Successes of `arm`: its run of failures ends; stable's count as stable answering beside the candidate's."""
+        self.runs[arm] = 0
+        if arm == "stable":
+            self._stable_answered = True
 
     def _weigh(self, arm: str, share: float | None) -> bool:
         if share is None or not 0.0 < share < 1.0:
@@ -134,8 +180,13 @@ class SplitGuard:
         """Why it tripped, for the trip record and the alert."""
         if self.invalid >= self.invalid_to_trip:
             return f"the candidate answered NaN/inf or out of range {self.invalid} times (a zero limit)"
+        if self.runs["candidate"] >= self.run_to_trip:
+            return (
+                f"the candidate failed {self.runs['candidate']} calls in a row while stable answered (no healthy "
+                f"version fails more than {self.burst_failures} in a row)"
+            )
         return (
             f"hard failures fell on the candidate beyond its traffic share: log-evidence {self.evidence:.1f} ≥ "
-            f"{self.threshold(self.failures):.1f} at failure {self.failures} (ratio {self.ratio:g} vs stable, "
+            f"{self.threshold(self.failures):.1f} at run {self.failures} (ratio {self.ratio:g} vs stable, "
             f"α={self.alpha:g} per replica)"
         )
