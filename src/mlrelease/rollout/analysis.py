@@ -30,6 +30,7 @@ from mlrelease.rollout.guardrails import (
 from mlrelease.rollout.metrics_source import MetricsSource
 from mlrelease.rollout.outage import Outage, find_outages
 from mlrelease.rollout.plan import ALL, Stage
+from mlrelease.rollout.windows import pooled
 
 
 @dataclass(frozen=True)
@@ -101,10 +102,7 @@ def _windows(
     """Each version's window per cohort, and `*`: every cohort in `pool` merged (once per look, not per contract)."""
     windows = dict(current)
     for version in versions:
-        merged = EMPTY
-        for name in pool:
-            merged = merged.merged(current.get((name, version), EMPTY))
-        windows[(ALL, version)] = merged
+        windows[(ALL, version)] = pooled([current.get((name, version), EMPTY) for name in pool])
     return windows
 
 

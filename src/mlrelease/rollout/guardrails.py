@@ -92,10 +92,9 @@ def band_for(
         alpha = 0.01  # a zero limit is decided exactly; its band is shown for the record only
     bound = tail_bound(guardrail, stable) if guardrail.metric == "latency_tail" else 0
     share = guardrail.metric not in RELATIVE
-    mine = clustered_ratio(*_sums(guardrail, candidate, bound), share=share)
     if guardrail.limit is not None:
+        mine = clustered_ratio(*_sums(guardrail, candidate, bound), share=share)
         return ratio_level(mine, guardrail.limit, alpha=alpha, tuned_at=tuned), mine.estimate, None
-    theirs = clustered_ratio(*_sums(guardrail, stable, bound), share=share)
     band = adjusted_difference(
         _user_sums(guardrail, candidate, before, bound),
         _user_sums(guardrail, stable, before, bound),
@@ -103,9 +102,17 @@ def band_for(
         alpha=alpha,
         tuned_at=tuned,
     )
+    candidate_level = _level(*_sums(guardrail, candidate, bound))
+    stable_level = _level(*_sums(guardrail, stable, bound))
     if guardrail.metric in RELATIVE:
-        return band, _exp(mine.estimate), _exp(theirs.estimate)
-    return band, mine.estimate, theirs.estimate
+        return band, _exp(candidate_level), _exp(stable_level)
+    return band, candidate_level, stable_level
+
+
+def _level(y: np.ndarray, n: np.ndarray) -> float:
+    """An arm's ratio Σy/Σn, for the record (the band has the variance)."""
+    total = float(n.sum())
+    return float(y.sum()) / total if total > 0 else math.nan
 
 
 def _exp(value: float) -> float:

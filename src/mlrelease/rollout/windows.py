@@ -12,6 +12,7 @@ records carry weights (1 / sample rate), so every sum is an unbiased estimate of
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,38 +71,55 @@ class CohortWindow:
         return float(getattr(self, name).sum())
 
     def merged(self, other: CohortWindow) -> CohortWindow:
-        """Both windows as one, users present in both summed (pooling cohorts, or adding time slices)."""
-        if not len(other.units):
-            return self
-        if not len(self.units):
-            return other
-        return _regroup(np.concatenate([self.units, other.units]), self, other, sign=1.0)
+        """Both windows as one, users present in both summed (adding time slices)."""
+        return pooled((self, other))
 
     def minus(self, other: CohortWindow) -> CohortWindow:
         """This window without `other`'s requests (`other` must be part of it: an outage slice cut out)."""
         if not len(other.units):
             return self
-        return _regroup(np.concatenate([self.units, other.units]), self, other, sign=-1.0)
+        return _combine([(self, 1.0), (other, -1.0)])
 
 
 EMPTY = CohortWindow()
 
 
-def _regroup(units: np.ndarray, first: CohortWindow, second: CohortWindow, *, sign: float) -> CohortWindow:
-    if len(first.units) == len(second.units) and np.array_equal(first.units, second.units):
-        # the same users in the same order (a dense per-user layout): add the sums as they are
-        same = {name: getattr(first, name) + sign * getattr(second, name) for name in _SUMS}
-        return CohortWindow(first.units, **same, slow=first.slow + sign * second.slow)
-    ids, where = np.unique(units, return_inverse=True)
+def pooled(windows: Sequence[CohortWindow]) -> CohortWindow:
+    """The windows as one, users present in several summed (pooling cohorts): one pass, however many there are."""
+    present = [w for w in windows if len(w.units)]
+    if not present:
+        return EMPTY
+    if len(present) == 1:
+        return present[0]
+    return _combine([(w, 1.0) for w in present])
+
+
+def _combine(parts: list[tuple[CohortWindow, float]]) -> CohortWindow:
+    """Σ sign · window over `parts`, user by user (the first part's sign is +1)."""
+    first = parts[0][0]
+    if all(len(w.units) == len(first.units) and np.array_equal(w.units, first.units) for w, _ in parts[1:]):
+        # the same users in the same order (a dense per-user layout): add the sums as they are, into one new array
+        sums = {}
+        for name in (*_SUMS, "slow"):
+            arrays = [getattr(w, name) for w, _ in parts]
+            total = arrays[0].astype(np.result_type(*arrays))  # a copy, wide enough for every part
+            for array, (_, sign) in zip(arrays[1:], parts[1:], strict=True):
+                if sign > 0:
+                    total += array
+                else:
+                    total -= array
+            sums[name] = total
+        return CohortWindow(first.units, **sums)
+    ids, where = np.unique(np.concatenate([w.units for w, _ in parts]), return_inverse=True)
     n = len(ids)
 
-    def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.bincount(where, weights=np.concatenate([a, sign * b]), minlength=n)
+    def add(name: str) -> np.ndarray:
+        return np.bincount(where, weights=np.concatenate([sign * getattr(w, name) for w, sign in parts]), minlength=n)
 
-    sums = {name: add(getattr(first, name), getattr(second, name)) for name in _SUMS}
+    sums = {name: add(name) for name in _SUMS}
     bounds = len(LATENCY_BOUNDS_S)
     cells = (where[:, None] * bounds + np.arange(bounds)[None, :]).ravel()
-    stacked = np.concatenate([first.slow, sign * second.slow]).ravel()
+    stacked = np.concatenate([sign * w.slow for w, sign in parts]).ravel()
     slow = np.bincount(cells, weights=stacked, minlength=n * bounds).reshape(n, bounds)
     keep = np.abs(sums["calls"]) > 1e-9
     return CohortWindow(ids[keep], **{k: v[keep] for k, v in sums.items()}, slow=slow[keep])
