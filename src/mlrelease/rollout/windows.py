@@ -102,8 +102,11 @@ def _combine(parts: list[tuple[CohortWindow, float]]) -> CohortWindow:
         sums = {}
         for name in (*_SUMS, "slow"):
             arrays = [getattr(w, name) for w, _ in parts]
-            total = arrays[0].astype(np.result_type(*arrays))  # a copy, wide enough for every part
-            for array, (_, sign) in zip(arrays[1:], parts[1:], strict=True):
+            # the first two into a new array in one pass, wide enough for every part; the rest added in place
+            wide = np.result_type(*arrays)
+            first_two = np.add if parts[1][1] > 0 else np.subtract
+            total = first_two(arrays[0], arrays[1], dtype=wide)
+            for array, (_, sign) in zip(arrays[2:], parts[2:], strict=True):
                 if sign > 0:
                     total += array
                 else:
