@@ -53,17 +53,20 @@ def test_heavy_users_and_repeats_widen_the_band_instead_of_narrowing_it():
     assert thrice.upper - thrice.lower == pytest.approx(once.upper - once.lower, rel=0.15)
 
 
-def _aa_split(rng: np.random.Generator, share: float, failures: int, guard: SplitGuard) -> bool:
-    """A/A: each failure falls on the candidate with its traffic share; True when the guard ever tripped."""
+def _aa_split(rng: np.random.Generator, share: float, events: int, guard: SplitGuard, longest_burst: int = 1) -> bool:
+    """A/A: each failure event falls on the candidate with its traffic share, as a burst of 1 … `longest_burst`
+    back-to-back failures of that arm; True when the guard ever tripped."""
     clock = [0.0]
     guard._clock = lambda: clock[0]  # noqa: SLF001 - a deterministic clock for the test
-    for _ in range(failures):
+    for _ in range(events):
         clock[0] += 0.5
         guard.observe("candidate", False, count=int(100 * share))
         guard.observe("stable", False, count=int(100 * (1 - share)))
         arm = "candidate" if rng.random() < share else "stable"
-        if guard.observe(arm, True):
-            return True
+        burst = int(rng.integers(1, longest_burst + 1)) if longest_burst > 1 else 1
+        for _ in range(burst):
+            if guard.observe(arm, True):
+                return True
     return False
 
 
@@ -99,30 +102,16 @@ def test_the_relative_guard_trips_a_candidate_failing_every_call_within_a_few_ca
         assert not shared.observe("candidate" if i % 8 == 0 else "stable", True)
 
 
-def _aa_bursts(rng: np.random.Generator, share: float, bursts: int, guard: SplitGuard) -> bool:
-    """A/A with bursty failures: each burst of 1–5 back-to-back failures falls on one arm as a whole."""
-    clock = [0.0]
-    guard._clock = lambda: clock[0]  # noqa: SLF001 - a deterministic clock for the test
-    for _ in range(bursts):
-        clock[0] += 0.5
-        guard.observe("candidate", False, count=int(100 * share))
-        guard.observe("stable", False, count=int(100 * (1 - share)))
-        arm = "candidate" if rng.random() < share else "stable"
-        for _ in range(int(rng.integers(1, 6))):
-            if guard.observe(arm, True):
-                return True
-    return False
-
-
 @pytest.mark.parametrize("share", [0.12, 0.5])
 def test_a_burst_of_failures_weighs_as_one_event_so_bursty_aa_traffic_keeps_the_false_trip_rate(share):
     rng = np.random.default_rng(5)
     alpha = 0.05
-    trips = sum(_aa_bursts(rng, share, 200, SplitGuard(ratio=20, alpha=alpha, window_s=10)) for _ in range(2000))
+    guards = (SplitGuard(ratio=20, alpha=alpha, window_s=10) for _ in range(2000))
+    trips = sum(_aa_split(rng, share, 200, guard, longest_burst=5) for guard in guards)
     assert trips / 2000 <= alpha
     # weighing every failure of a burst (a declared burst length of 1) trips far more often than α: the rule matters
     naive = sum(
-        _aa_bursts(rng, share, 200, SplitGuard(ratio=20, alpha=alpha, window_s=10, burst_failures=1))
+        _aa_split(rng, share, 200, SplitGuard(ratio=20, alpha=alpha, window_s=10, burst_failures=1), longest_burst=5)
         for _ in range(300)
     )
     assert naive / 300 > 2 * alpha
