@@ -145,3 +145,43 @@ def test_a_run_longer_than_any_burst_trips_while_stable_answers_but_not_when_sta
         assert not outage.observe("stable", True)
         outage.observe("stable", False, count=7)
     assert outage.runs["candidate"] == 20
+
+
+def test_a_stable_failure_restarts_the_run_count_and_the_trip_names_what_tripped_it():
+    clock = [0.0]
+    guard = SplitGuard(ratio=20, alpha=1e-4, window_s=10, burst_failures=5, clock=lambda: clock[0])
+    guard.observe("stable", False, count=88)
+    guard.observe("candidate", False, count=12)
+    calls = 0
+    while not guard.tripped:  # the candidate fails every call; stable fails once, after the candidate's 3rd failure
+        clock[0] += 0.1
+        calls += 1
+        guard.observe("candidate", True)
+        if calls == 3:
+            guard.observe("stable", True)
+        guard.observe("stable", False, count=3)
+    assert calls == 3 + guard.run_to_trip  # 7 more after stable's failure, not a rule silenced for the whole run
+    assert guard.reason == "run" and "failed 7 calls in a row while stable answered" in guard.describe()
+    # a candidate failing every other call: no run is long, the weighed evidence trips it, and the trip says so
+    both = SplitGuard(ratio=20, alpha=1e-4, window_s=10, burst_failures=5, clock=lambda: clock[0])
+    both.observe("stable", False, count=88)
+    both.observe("candidate", False, count=12)
+    while not both.tripped:
+        clock[0] += 0.1
+        both.observe("candidate", True)
+        both.observe("candidate", False)
+        both.observe("stable", False, count=3)
+    assert both.reason == "evidence" and "log-evidence" in both.describe()
+
+
+def test_the_rows_of_one_failed_call_weigh_once_and_a_failure_is_one_request():
+    guard = SplitGuard(ratio=20, alpha=1e-4, window_s=10, clock=lambda: 0.0)
+    guard.observe("stable", False, count=88)
+    guard.observe("candidate", False, count=12)
+    batch = object()
+    for _ in range(40):  # one Triton call of 40 rows failed; stable answered their retries
+        guard.observe("candidate", True, call=batch)
+        guard.observe("stable", False)
+    assert not guard.tripped and guard.failures == 1 and guard.runs["candidate"] == 1
+    with pytest.raises(ValueError, match="a failure is one request"):
+        guard.observe("candidate", True, count=3)

@@ -100,6 +100,7 @@ def test_a_failing_call_fails_every_row_with_its_kind():
     failures = asyncio.run(scenario())
     assert all(isinstance(f, ModelFailure) and f.kind == "error" for f in failures)
     assert len({id(f) for f in failures}) == 3  # one exception per request, never a shared one
+    assert failures[0].call is not None and {id(f.call) for f in failures} == {id(failures[0].call)}  # one call
 
 
 def test_a_slow_call_times_out_every_row_in_it():

@@ -27,12 +27,14 @@ _DTYPES: dict[str, np.dtype[Any]] = {
 
 
 class ModelFailure(Exception):
-    """A hard failure of one version: `kind` is error, timeout, nan or out_of_range."""
+    """A hard failure of one version: `kind` is error, timeout, nan or out_of_range; `call` is the failed model call
+    when several requests' rows shared it (one batch: one piece of evidence for the fast guard)."""
 
-    def __init__(self, kind: str, detail: str) -> None:
+    def __init__(self, kind: str, detail: str, call: object | None = None) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
+        self.call = call
 
 
 @dataclass(frozen=True, slots=True)

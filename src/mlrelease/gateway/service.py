@@ -168,7 +168,7 @@ class PredictService:
         except ModelFailure as failure:
             self._decided(call, version, role, failure.kind, time.perf_counter() - started, row)
             self.metrics.model_failures.labels(str(version), failure.kind).inc()
-            self._guarded(candidate, failed=failure.kind, reason=str(failure))
+            self._guarded(candidate, failed=failure.kind, reason=str(failure), call=failure.call)
             if not candidate:  # stable's breaker rests a failing stable (the rule answers meanwhile)
                 breaker.record_failure()
                 breaker_gauge.set(breaker.state)
@@ -176,15 +176,19 @@ class PredictService:
         elapsed = time.perf_counter() - started
         self._decided(call, version, role, "ok", elapsed, row, answer)
         latency.observe(elapsed)  # what the request waited for its answer: batching wait included
-        self._guarded(candidate, failed=None)
+        # Stable judged at the candidate's budget: a stable answer the candidate's timeout would have cut off is a
+        # failure for the guard, so a slowdown of serving splits between the arms, not onto the candidate alone.
+        too_slow = not candidate and elapsed * 1000 > self.config.guard.candidate_timeout_ms
+        self._guarded(candidate, failed="slower than the candidate's timeout" if too_slow else None)
         if breaker.state is not BreakerState.CLOSED:
             breaker.record_success()
             breaker_gauge.set(breaker.state)
         return answer
 
-    def _guarded(self, candidate: bool, *, failed: str | None, reason: str = "") -> None:
+    def _guarded(self, candidate: bool, *, failed: str | None, reason: str = "", call: object | None = None) -> None:
         """Tell the candidate's relative guard about one model call (by the version that made it: a stable retry is a
-        stable call of the same seconds), and trip the candidate on its evidence. `failed`: the failure kind."""
+        stable call of the same seconds), and trip the candidate on its evidence. `failed`: the failure kind; `call`:
+        the failed model call its batch shared."""
         state = self.router.state
         if state is None or state.candidate_version is None:
             return
@@ -194,7 +198,7 @@ class PredictService:
         if candidate and failed in INVALID_ANSWERS:
             tripped = guard.invalid_answer()
         else:
-            tripped = guard.observe("candidate" if candidate else "stable", failed is not None)
+            tripped = guard.observe("candidate" if candidate else "stable", failed is not None, call=call)
         if tripped:
             self.router.trip(state.candidate_version, f"{guard.describe()}; last: {reason}")
 

@@ -26,7 +26,13 @@ A candidate that fails every call makes one endless run, which the CUSUM weighs 
 failures; such a run is decided exactly instead, like a zero limit: a healthy version never fails more than
 `burst_failures` calls in a row (one more allows an independent failure right beside a burst), so
 `burst_failures + 2` back-to-back candidate failures trip it, provided stable answered on this replica during the
-run and never failed (a serving outage fails both arms, and stable's failures veto the run).
+run and never failed (a serving outage fails both arms: a stable failure starts the count again).
+
+A failure is one failed *model call*: the rows of one failed batch (the gateway's micro-batcher sends many requests
+in one call) fail together and weigh as one, as do they in the run rule. And stable is judged at the candidate's
+budget: the gateway reports a stable answer slower than the candidate's timeout as a stable failure, so a slowdown
+of serving that times out the candidate's calls (its budget is shorter) splits between the arms instead of falling
+on the candidate alone.
 
 Every model call counts by the version that made it: stable's retries of failed candidate calls are stable calls of
 the same seconds (a shared outage fails them too), so even a candidate that serves every cohort is compared with
@@ -83,8 +89,10 @@ class SplitGuard:
         self.failures = 0  # runs weighed so far (j)
         self.burst_failures = burst_failures
         self.runs = {"candidate": 0, "stable": 0}  # each arm's back-to-back failures on this replica, now
-        self._stable_answered = False  # stable succeeded during the candidate's current run …
-        self._stable_failed = False  # … or failed during it
+        self._last_call: dict[str, object] = {}  # each arm's last failed model call (rows of one batch share it)
+        self._clean_run = 0  # the candidate's back-to-back failures since stable last failed …
+        self._stable_answered = False  # … and whether stable succeeded during them
+        self.reason = ""  # what tripped it: "invalid", "run" or "evidence"
         self.invalid_to_trip = invalid_to_trip
         self.invalid = 0  # the candidate's NaN/inf or out-of-range answers
         self.tripped = False
@@ -104,17 +112,23 @@ class SplitGuard:
         """The log-evidence the `failures`-th failure must reach to trip (log 1/α_j)."""
         return math.log(math.pi**2 * failures**2 / (6.0 * self.alpha))
 
-    def observe(self, arm: str, failed: bool, count: int = 1) -> bool:
+    def observe(self, arm: str, failed: bool, count: int = 1, call: object | None = None) -> bool:
         """One request of `arm` ('candidate' or 'stable'), failed or not; True when this one trips the guard.
 
-        `count` requests at once (the simulator's bulk successes); a failure is weighed against the share seen
-        before it, so the share never depends on the outcome it judges.
+        `count` requests at once (successes only: the simulator's bulk); a failure is weighed against the share seen
+        before it, so the share never depends on the outcome it judges. `call`: the failed model call (rows of one
+        batch share it; a row after the first adds a request, not evidence).
         """
+        if failed and count != 1:
+            raise ValueError(f"a failure is one request (got count={count})")
         if self.tripped:
             return False
         now = self._clock()
         tripped = False
-        if failed:
+        if failed and call is not None and self._last_call.get(arm) is call:
+            pass  # another row of the failed call already weighed
+        elif failed:
+            self._last_call[arm] = call
             tripped = self._failed(arm)
         elif count:
             self._answered(arm, count)
@@ -126,20 +140,21 @@ class SplitGuard:
         if self.tripped:
             return False
         self.invalid += 1
-        self.tripped = self.invalid >= self.invalid_to_trip
+        self._trip("invalid", self.invalid >= self.invalid_to_trip)
         return self.tripped
 
     def _failed(self, arm: str) -> bool:
         """One failure: it extends its arm's run; the run's 1st, (m+1)-th, … failure is weighed (m = burst_failures)."""
         run = self.runs[arm] = self.runs[arm] + 1
-        if arm == "candidate" and run == 1:
-            self._stable_answered = self._stable_failed = False
-        if arm == "stable" and self.runs["candidate"]:
-            self._stable_failed = True
-        if (run - 1) % self.burst_failures == 0 and self._weigh(arm, self.share()):
+        if arm == "candidate":
+            if self._clean_run == 0:
+                self._stable_answered = False
+            self._clean_run += 1
+        else:
+            self._clean_run = 0  # stable fails too: the candidate's run so far may be a shared outage
+        if (run - 1) % self.burst_failures == 0 and self._trip("evidence", self._weigh(arm, self.share())):
             return True
-        if arm == "candidate" and run >= self.run_to_trip and self._stable_answered and not self._stable_failed:
-            self.tripped = True
+        self._trip("run", self._clean_run >= self.run_to_trip and self._stable_answered)
         return self.tripped
 
     def _answered(self, arm: str, count: int) -> None:
@@ -147,6 +162,13 @@ class SplitGuard:
         self.runs[arm] = 0
         if arm == "stable":
             self._stable_answered = True
+        else:
+            self._clean_run = 0
+
+    def _trip(self, reason: str, trips: bool) -> bool:
+        if trips and not self.tripped:
+            self.tripped, self.reason = True, reason
+        return trips
 
     def _weigh(self, arm: str, share: float | None) -> bool:
         if share is None or not 0.0 < share < 1.0:
@@ -155,8 +177,7 @@ class SplitGuard:
         step = math.log(theta / share) if arm == "candidate" else math.log((1.0 - theta) / (1.0 - share))
         self.evidence = max(self.evidence, 0.0) + step
         self.failures += 1
-        self.tripped = self.evidence >= self.threshold(self.failures)
-        return self.tripped
+        return self.evidence >= self.threshold(self.failures)
 
     def _count(self, now: float, arm: str, count: int) -> None:
         second = math.floor(now)
@@ -178,11 +199,11 @@ class SplitGuard:
 
     def describe(self) -> str:
         """Why it tripped, for the trip record and the alert."""
-        if self.invalid >= self.invalid_to_trip:
+        if self.reason == "invalid":
             return f"the candidate answered NaN/inf or out of range {self.invalid} times (a zero limit)"
-        if self.runs["candidate"] >= self.run_to_trip:
+        if self.reason == "run":
             return (
-                f"the candidate failed {self.runs['candidate']} calls in a row while stable answered (no healthy "
+                f"the candidate failed {self._clean_run} calls in a row while stable answered (no healthy "
                 f"version fails more than {self.burst_failures} in a row)"
             )
         return (
