@@ -132,22 +132,22 @@ class RowQueue:
                 if len(eta) != len(batch) or len(confidence) != len(batch):
                     raise ModelFailure("error", f"version {self.version} answered {len(eta)} rows for {len(batch)}")
             except ModelFailure as failure:
-                self._fail_all(batch, failure.kind, failure.detail)
+                self._fail_all(batch, failure)
                 return
             except Exception as exc:  # a bug in the call path must fail these rows, never hang them
-                self._fail_all(batch, "error", f"version {self.version}: {type(exc).__name__}: {exc}")
+                self._fail_all(batch, self._failure("error", f"{type(exc).__name__}: {exc}"))
                 return
             self._answer(batch, eta, confidence)
         finally:
             self._in_flight -= 1
             self._schedule()
 
-    def _fail_all(self, batch: list[_Pending], kind: str, detail: str) -> None:
+    def _fail_all(self, batch: list[_Pending], failure: ModelFailure) -> None:
         """Every row of a failed call fails on its own (each request retries on stable), all naming that one call."""
         call = object()
         for entry in batch:
             if not entry.future.done():
-                entry.future.set_exception(ModelFailure(kind, detail, call=call))
+                entry.future.set_exception(ModelFailure(failure.kind, failure.detail, call=call))
 
     def _answer(self, batch: list[_Pending], eta: np.ndarray, confidence: np.ndarray) -> None:
         """Each row its own verdict: a NaN or out-of-range row fails only its own request."""

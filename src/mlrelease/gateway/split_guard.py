@@ -125,13 +125,12 @@ class SplitGuard:
             return False
         now = self._clock()
         tripped = False
-        if failed and call is not None and self._last_call.get(arm) is call:
-            pass  # another row of the failed call already weighed
-        elif failed:
-            self._last_call[arm] = call
-            tripped = self._failed(arm)
+        if failed:
+            if call is None or self._last_call.get(arm) is not call:  # another row of a weighed call adds nothing
+                self._last_call[arm] = call
+                tripped = self._failed(arm)
         elif count:
-            self._answered(arm, count)
+            self._answered(arm)
         self._count(now, arm, count)
         return tripped
 
@@ -157,7 +156,7 @@ class SplitGuard:
         self._trip("run", self._clean_run >= self.run_to_trip and self._stable_answered)
         return self.tripped
 
-    def _answered(self, arm: str, count: int) -> None:
+    def _answered(self, arm: str) -> None:
         """Successes of `arm`: its run of failures ends; stable's count as stable answering beside the candidate's."""
         self.runs[arm] = 0
         if arm == "stable":
