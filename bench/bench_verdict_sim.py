@@ -86,6 +86,7 @@ import verdict_traffic as traffic  # noqa: E402
 from verdict_scenarios import CANDIDATE, REFRESH_S, SCENARIOS, STABLE, T0, Outcome  # noqa: E402
 
 from mlrelease.gateway.config import GuardConfig  # noqa: E402
+from mlrelease.gateway.run_pool import pooled_run  # noqa: E402
 from mlrelease.gateway.split_guard import SplitGuard  # noqa: E402
 from mlrelease.rollout.analysis import StageAnalysis  # noqa: E402
 from mlrelease.rollout.machine import (  # noqa: E402
@@ -229,7 +230,8 @@ def _timeline(since: datetime, until: datetime, *per_second: np.ndarray) -> Call
 class ReplicaGuards:
     """The gateway's SplitGuard on each replica, fed that replica's first calls in time order (failures one by one,
     the successes between them in bulk at the failure's second; a candidate's NaN answer as the gateway reports it,
-    `invalid_answer`, judged at a zero limit and not weighed against stable); nothing more once a replica tripped."""
+    `invalid_answer`, judged at a zero limit and not weighed against stable), the replicas' failures merged in time
+    so that their runs pool as the gateway pools them (`_pooled_trip`); nothing more once a replica tripped."""
 
     def __init__(self, replicas: int, guard: GuardConfig) -> None:
         self.clock = [0.0]
@@ -242,29 +244,37 @@ class ReplicaGuards:
             return
         first = ~calls.retry
         bad = np.isin(calls.outcome, (*HARD_FAILURES, NAN))
-        trips = []
-        for replica, guard in enumerate(self.guards):
-            rows = np.flatnonzero(first & (calls.replica == replica))
-            trips.append(self._replica(guard, calls.arm[rows], calls.t[rows], bad[rows], calls.outcome[rows]))
-        self.tripped_at = min((t for t in trips if t is not None), default=None)
+        rows = [np.flatnonzero(first & (calls.replica == r)) for r in range(len(self.guards))]
+        fed = [0] * len(self.guards)  # each replica's calls before this index are told to its guard
 
-    def _replica(
-        self, guard: SplitGuard, arm: np.ndarray, t: np.ndarray, failed: np.ndarray, outcome: np.ndarray
-    ) -> float | None:
-        last = 0
-        for i in np.flatnonzero(failed):
-            between = arm[last:i]
-            self.clock[0] = float(t[i])
-            guard.observe("candidate", False, count=int((between == 1).sum()))
-            guard.observe("stable", False, count=int((between == 0).sum()))
-            if _guarded(guard, int(arm[i]), int(outcome[i])):
-                return float(t[i])
-            last = i + 1
-        self.clock[0] = float(t[-1]) if len(t) else self.clock[0]
-        tail = arm[last:]
-        guard.observe("candidate", False, count=int((tail == 1).sum()))
-        guard.observe("stable", False, count=int((tail == 0).sum()))
-        return None
+        def advance(replica: int, upto: int) -> None:  # the successes among the replica's calls [fed, upto)
+            arm = calls.arm[rows[replica][fed[replica] : upto]]
+            self.clock[0] = float(calls.t[rows[replica][upto - 1]]) if upto > fed[replica] else self.clock[0]
+            self.guards[replica].observe("candidate", False, count=int((arm == 1).sum()))
+            self.guards[replica].observe("stable", False, count=int((arm == 0).sum()))
+            fed[replica] = max(fed[replica], upto)
+
+        events = sorted(
+            (float(calls.t[rows[r][i]]), r, i) for r in range(len(rows)) for i in np.flatnonzero(bad[rows[r]])
+        )
+        for when, replica, i in events:
+            advance(replica, i)
+            self.clock[0] = when
+            row = rows[replica][i]
+            guard, arm, outcome = self.guards[replica], int(calls.arm[row]), int(calls.outcome[row])
+            fed[replica] = i + 1
+            if _guarded(guard, arm, outcome):
+                self.tripped_at = when
+                return
+            if arm == traffic.CANDIDATE_ARM and outcome != NAN:
+                for other in range(len(rows)):  # the others' state at this moment: their successes up to it
+                    if other != replica and self.guards[other].clean_run[0] > 0:
+                        advance(other, int(np.searchsorted(calls.t[rows[other]], when)))
+                if _pooled_trip(self.guards, replica, when):
+                    self.tripped_at = when
+                    return
+        for replica in range(len(rows)):
+            advance(replica, len(rows[replica]))
 
 
 def _split_guard(guard: GuardConfig, clock: Any) -> SplitGuard:
@@ -277,6 +287,15 @@ def _split_guard(guard: GuardConfig, clock: Any) -> SplitGuard:
         burst_failures=guard.burst_failures,
         clock=clock,
     )
+
+
+def _pooled_trip(guards: list[SplitGuard], replica: int, now: float) -> bool:
+    """After a candidate failure on `replica`: the replicas' runs pooled as the gateway pools them
+    (gateway/run_pool.py; every replica is live, and the pool answers at once: Redis takes about a millisecond)."""
+    if len(guards) < 2 or guards[replica].clean_run[0] < 1:
+        return False
+    runs = {str(r): (*g.clean_run, now) for r, g in enumerate(guards)}
+    return guards[replica].pooled_trip(pooled_run(runs, now, live_s=1.0))
 
 
 def _guarded(guard: SplitGuard, arm: int, outcome: int) -> bool:
@@ -488,72 +507,94 @@ def draw_baseline(
     return Baseline(until - timedelta(seconds=seconds), until, world.cohort, world.profile.cohorts, sums)
 
 
+class _ReplicaFeed:
+    """One replica's guard and its successes per second not yet told to it: the tick's, and the previous tick's last
+    seconds (the next failures look back a window)."""
+
+    def __init__(self, guard: SplitGuard, window: int, clock: list[float]) -> None:
+        self.guard, self.window, self.clock = guard, window, clock
+        self.pending: tuple[float, np.ndarray] | None = None
+
+    def begin(self, tick: traffic.Tick, replica: int) -> None:
+        """The tick's successes on this replica after the unfed seconds of the previous tick."""
+        ok = tick.ok[:, replica, :]
+        if self.pending is None:
+            self.start, self.ok = tick.t0, ok.copy()
+        else:
+            self.start, self.ok = self.pending[0], np.concatenate([self.pending[1], ok], axis=1)
+        self.fed, self.part, self.last = 0, 0.0, self.ok.shape[1] - 1  # seconds before `fed` are in; `part` of `fed`
+
+    def advance(self, when: float, rng: np.random.Generator) -> None:
+        """Tell the guard the successes up to `when`: the window's whole seconds before it, and the share of its own
+        second that came before it (seconds that expire unseen are never fed: the guard would drop them unread)."""
+        second = min(int(when - self.start), self.last)
+        if second > self.fed:
+            for earlier in range(max(self.fed, second - self.window), second):
+                self.clock[0] = self.start + earlier
+                _successes(self.guard, self.ok[:, earlier])
+            self.fed, self.part = second, 0.0
+        into = min(max(when - self.start - second, self.part), 1.0)
+        share = (into - self.part) / (1.0 - self.part) if self.part < 1 else 0.0
+        before = rng.binomial(self.ok[:, second].astype(np.int64), share)
+        self.ok[:, second] -= before
+        self.part = into
+        self.clock[0] = when
+        _successes(self.guard, before)
+
+    def end(self) -> None:
+        """Keep the seconds the next tick's first failures look back to."""
+        keep = max(self.fed, self.last - self.window)
+        self.pending = (self.start + keep, self.ok[:, keep:])
+
+
 class TickGuards:
     """The gateway's SplitGuard on each replica, fed from a tick's failures in time order and its successes per
-    second: before each failure the seconds of the guard's window, second by second, and the share of the failure's
-    own second that came before it (seconds that expire before the next failure are never fed: the guard would
-    drop them unread); nothing more once a replica tripped."""
+    second (`_ReplicaFeed`); the replicas' failures merged in time so that their runs pool as the gateway pools them
+    (`_pooled_trip`); nothing more once a replica tripped."""
 
     def __init__(self, replicas: int, guard: GuardConfig) -> None:
         self.clock = [0.0]
-        self.guards = [_split_guard(guard, lambda: self.clock[0]) for _ in range(replicas)]
-        self.window = int(math.ceil(guard.window_s))
-        self.pending: list[tuple[float, np.ndarray] | None] = [None] * replicas  # each replica's unfed last seconds
+        window = int(math.ceil(guard.window_s))
+        self.feeds = [
+            _ReplicaFeed(_split_guard(guard, lambda: self.clock[0]), window, self.clock) for _ in range(replicas)
+        ]
+        self.guards = [feed.guard for feed in self.feeds]
         self.tripped_at: float | None = None
 
     def feed(self, tick: traffic.Tick, rng: np.random.Generator) -> None:
         """One tick; remembers the earliest trip's time."""
         if self.tripped_at is not None:
             return
-        f, trips = tick.failures, []
+        for replica, feed in enumerate(self.feeds):
+            feed.begin(tick, replica)
+        f = tick.failures
         hard = np.isin(f.outcome, (*HARD_FAILURES, NAN))
-        for replica, guard in enumerate(self.guards):
-            mine = hard & (f.replica == replica)
-            trips.append(self._replica(replica, guard, tick, (f.t[mine], f.arm[mine], f.outcome[mine]), rng))
-        self.tripped_at = min((t for t in trips if t is not None), default=None)
+        for when, replica, arm, outcome in zip(
+            *(a[hard].tolist() for a in (f.t, f.replica, f.arm, f.outcome)), strict=True
+        ):
+            self.feeds[replica].advance(when, rng)
+            if _guarded(self.guards[replica], arm, outcome) or self._pooled(replica, arm, outcome, when, rng):
+                self.tripped_at = when
+                return
+        for feed in self.feeds:
+            feed.end()
 
-    def _replica(
-        self, replica: int, guard: SplitGuard, tick: traffic.Tick, failures: tuple[np.ndarray, ...], rng: Any
-    ) -> float | None:
-        start, ok = self._seconds_from(replica, tick)
-        fed, part, last = 0, 0.0, ok.shape[1] - 1  # seconds before `fed` are in; `part` of second `fed` is
-        for when, who, outcome in zip(*(a.tolist() for a in failures), strict=True):
-            second = min(int(when - start), last)
-            if second > fed:
-                self._seconds(guard, start, ok, max(fed, second - self.window), second)
-                fed, part = second, 0.0
-            into = min(max(when - start - second, part), 1.0)
-            before = rng.binomial(ok[:, second].astype(np.int64), (into - part) / (1.0 - part) if part < 1 else 0.0)
-            ok[:, second] -= before
-            part = into
-            self.clock[0] = when
-            self._successes(guard, before)
-            if _guarded(guard, who, outcome):
-                return when
-        keep = max(fed, last - self.window)  # the next tick's first failures look back this far
-        self.pending[replica] = (start + keep, ok[:, keep:])
-        return None
+    def _pooled(self, replica: int, arm: int, outcome: int, when: float, rng: np.random.Generator) -> bool:
+        """After a candidate failure (not NaN, which the gateway judges apart), the pool's answer as of `when`."""
+        if arm != traffic.CANDIDATE_ARM or outcome == NAN or self.guards[replica].clean_run[0] < 1:
+            return False
+        for other, feed in enumerate(self.feeds):  # the others' runs at this moment: their successes up to it
+            if other != replica and feed.guard.clean_run[0] > 0:
+                feed.advance(when, rng)
+        return _pooled_trip(self.guards, replica, when)
 
-    def _seconds_from(self, replica: int, tick: traffic.Tick) -> tuple[float, np.ndarray]:
-        """The replica's successes per second from the previous tick's unfed seconds on."""
-        ok = tick.ok[:, replica, :]
-        pending = self.pending[replica]
-        if pending is None:
-            return tick.t0, ok.copy()
-        return pending[0], np.concatenate([pending[1], ok], axis=1)
 
-    def _seconds(self, guard: SplitGuard, start: float, ok: np.ndarray, first: int, end: int) -> None:
-        for second in range(first, end):
-            self.clock[0] = start + second
-            self._successes(guard, ok[:, second])
-
-    @staticmethod
-    def _successes(guard: SplitGuard, counts: np.ndarray) -> None:
-        stable, candidate = int(counts[traffic.STABLE_ARM]), int(counts[traffic.CANDIDATE_ARM])
-        if candidate:
-            guard.observe("candidate", False, count=candidate)
-        if stable:
-            guard.observe("stable", False, count=stable)
+def _successes(guard: SplitGuard, counts: np.ndarray) -> None:
+    stable, candidate = int(counts[traffic.STABLE_ARM]), int(counts[traffic.CANDIDATE_ARM])
+    if candidate:
+        guard.observe("candidate", False, count=candidate)
+    if stable:
+        guard.observe("stable", False, count=stable)
 
 
 # --- One rollout ---------------------------------------------------------------------------------------------------

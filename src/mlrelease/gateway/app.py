@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -32,6 +33,7 @@ from mlrelease.gateway.online_reader import OnlineReader
 from mlrelease.gateway.predict_endpoint import PredictEndpoint
 from mlrelease.gateway.router import Router
 from mlrelease.gateway.routing_store_factory import open_routing_store
+from mlrelease.gateway.run_pool_factory import open_run_pool
 from mlrelease.gateway.service import PredictService
 from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.triton_client import host_port
@@ -153,10 +155,13 @@ def _lifespan(
             with_features=settings_log.features,
             retention_hours=settings_log.retention_hours,
         )
-        app.state.service = PredictService(config, lookup, model, router, metrics, decisions, batcher)
+        pool = open_run_pool(config.state_url(settings), config.model, config.guard.pool_heartbeat_s)
+        service = PredictService(config, lookup, model, router, metrics, decisions, batcher, pool)
+        app.state.service = service
         await router.refresh()
         router.start()
         decisions.start()
+        heartbeat = asyncio.create_task(_heartbeat(service, config.guard.pool_heartbeat_s)) if pool else None
         # Everything imported and built so far lives as long as the process: keep it out of every later
         # collection, which otherwise walks Feast's and pydantic's object graphs again and again under load.
         gc.collect()
@@ -164,6 +169,13 @@ def _lifespan(
         try:
             yield
         finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
+                await asyncio.gather(heartbeat, return_exceptions=True)
+            if service.reporter is not None:
+                await service.reporter.close()
+            if pool is not None:
+                await pool.close()
             await decisions.stop()
             await router.stop()
             await lookup.close()
@@ -172,6 +184,13 @@ def _lifespan(
             await model.close()
 
     return lifespan
+
+
+async def _heartbeat(service: PredictService, every_s: float) -> None:
+    """Keep this replica in the failure-run pool (gateway/run_pool.py) for as long as it serves."""
+    while True:
+        service.heartbeat()
+        await asyncio.sleep(every_s)
 
 
 async def _batcher(

@@ -93,8 +93,16 @@ class GuardConfig(StrictModel):
     burst_failures: int = Field(
         5,
         ge=1,
-        description="the longest run of back-to-back failures a healthy version shows on one replica: a run weighs "
-        "once per this many failures, and a candidate run 2 longer (while stable answers) trips it",
+        description="the longest run of back-to-back failures a healthy version shows, on one replica or across them: "
+        "a run weighs once per this many failures, and a candidate run 2 longer (while stable answers) trips it, on "
+        "one replica or pooled across the replicas (gateway/run_pool.py)",
+    )
+    pool_heartbeat_s: float = Field(
+        1.0,
+        gt=0,
+        le=10,
+        description="with a Redis routing state, how often each replica writes its candidate failure run to the pool "
+        "the replicas share (gateway/run_pool.py); one silent for 3 heartbeats no longer counts",
     )
     candidate_timeout_ms: float = Field(500.0, gt=0)
     stable_timeout_ms: float = Field(2000.0, gt=0)

@@ -20,8 +20,9 @@ from mlrelease.gateway.guard import BreakerState, CircuitBreaker
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import ModelAnswer, ModelFailure, TritonModelClient
 from mlrelease.gateway.online_features import BatchingLookup, FeatureStoreUnavailable
-from mlrelease.gateway.router import Router
+from mlrelease.gateway.router import REPLICA, Router
 from mlrelease.gateway.routing_state import assigned_version
+from mlrelease.gateway.run_pool import RunPool, RunReporter
 from mlrelease.gateway.split_guard import SplitGuard
 from mlrelease.model.features import encode_row
 
@@ -42,6 +43,8 @@ class PredictService:
     :param metrics: metrics to record into.
     :param decisions: the decision log every model call is recorded in.
     :param batcher: coalesces concurrent rows per version into one Triton call (None: one call per request).
+    :param pool: where the replicas pool the candidate's failure runs (None: this replica's own runs only).
+    :param replica: this replica's name in the pool.
     """
 
     def __init__(
@@ -53,6 +56,8 @@ class PredictService:
         metrics: GatewayMetrics,
         decisions: DecisionLog | None = None,
         batcher: MicroBatcher | None = None,
+        pool: RunPool | None = None,
+        replica: str = REPLICA,
     ) -> None:
         self.config = config
         self.lookup = lookup
@@ -66,6 +71,8 @@ class PredictService:
         self._breakers: dict[int, CircuitBreaker] = {}
         self._guards: dict[int, SplitGuard] = {}
         self._version_series: dict[int, tuple[Any, Any]] = {}
+        self.reporter = RunReporter(pool, replica, self._pooled) if pool is not None else None
+        self._reported: dict[int, tuple[int, bool]] = {}  # the run last handed to the pool, per candidate
 
     def breaker(self, version: int) -> CircuitBreaker:
         """The version's circuit breaker (created on first use)."""
@@ -201,6 +208,24 @@ class PredictService:
             tripped = guard.observe("candidate" if candidate else "stable", failed is not None, call=call)
         if tripped:
             self.router.trip(state.candidate_version, f"{guard.describe()}; last: {reason}")
+        elif self.reporter is not None and guard.clean_run != self._reported.get(state.candidate_version, (-1, False)):
+            self._reported[state.candidate_version] = guard.clean_run
+            self.reporter.update(state.candidate_version, *guard.clean_run)
+
+    def heartbeat(self) -> None:
+        """Write this replica's run of the current candidate to the pool, changed or not (the pool's liveness)."""
+        state = self.router.state
+        if self.reporter is None or state is None or state.candidate_version is None:
+            return
+        guard = self._guards.get(state.candidate_version)
+        self.reporter.update(state.candidate_version, *(guard.clean_run if guard else (-1, False)), force=True)
+
+    def _pooled(self, candidate: int, pooled: int) -> None:
+        """The pool's answer to a write: trip the candidate when the replicas' runs add up to a run no healthy
+        version shows."""
+        guard = self._guards.get(candidate)
+        if guard is not None and guard.pooled_trip(pooled):
+            self.router.trip(candidate, guard.describe())
 
     def _series(self, version: int) -> tuple[Any, Any]:
         """The version's latency histogram and breaker gauge children (labels() per call costs a lock and a tuple)."""

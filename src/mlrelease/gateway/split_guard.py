@@ -26,7 +26,9 @@ A candidate that fails every call makes one endless run, which the CUSUM weighs 
 failures; such a run is decided exactly instead, like a zero limit: a healthy version never fails more than
 `burst_failures` calls in a row (one more allows an independent failure right beside a burst), so
 `burst_failures + 2` back-to-back candidate failures trip it, provided stable answered on this replica during the
-run and never failed (a serving outage fails both arms: a stable failure starts the count again).
+run and never failed (a serving outage fails both arms: a stable failure starts the count again). Replicas pool
+their runs (gateway/run_pool.py): while every replica is in a run, their sum is the candidate's run across the fleet,
+and `pooled_trip` decides it by the same rule at the fleet's pace.
 
 A failure is one failed *model call*: the rows of one failed batch (the gateway's micro-batcher sends many requests
 in one call) fail together and weigh as one, as do they in the run rule. And stable is judged at the candidate's
@@ -92,7 +94,9 @@ class SplitGuard:
         self._last_call: dict[str, object] = {}  # each arm's last failed model call (rows of one batch share it)
         self._clean_run = 0  # the candidate's back-to-back failures since stable last failed …
         self._stable_answered = False  # … and whether stable succeeded during them
-        self.reason = ""  # what tripped it: "invalid", "run" or "evidence"
+        self._candidate_seen = False  # whether the candidate made any call on this replica yet
+        self.pooled = 0  # the last pooled run the replicas reported
+        self.reason = ""  # what tripped it: "invalid", "run", "pooled" or "evidence"
         self.invalid_to_trip = invalid_to_trip
         self.invalid = 0  # the candidate's NaN/inf or out-of-range answers
         self.tripped = False
@@ -107,6 +111,23 @@ class SplitGuard:
     def run_to_trip(self) -> int:
         """Back-to-back candidate failures (while stable answers) that no healthy version shows: they trip it."""
         return self.burst_failures + 2
+
+    @property
+    def clean_run(self) -> tuple[int, bool]:
+        """The candidate's back-to-back failures on this replica since its last success and stable's last failure,
+        and whether stable answered here during them: what this replica puts into the pool (gateway/run_pool.py).
+        -1 while no candidate call was made here (so none succeeded either)."""
+        if not self._candidate_seen:
+            return -1, False
+        return self._clean_run, self._clean_run > 0 and self._stable_answered
+
+    def pooled_trip(self, pooled: int) -> bool:
+        """The replicas' runs add up to `pooled` back-to-back candidate failures while stable answered (the pool's
+        answer): True when that trips the guard by the run rule (this replica still in its run)."""
+        if self.tripped:
+            return False
+        self.pooled = pooled
+        return self._trip("pooled", pooled >= self.run_to_trip and self._clean_run > 0)
 
     def threshold(self, failures: int) -> float:
         """The log-evidence the `failures`-th failure must reach to trip (log 1/α_j)."""
@@ -125,6 +146,7 @@ class SplitGuard:
             return False
         now = self._clock()
         tripped = False
+        self._candidate_seen = self._candidate_seen or (arm == "candidate" and (failed or count > 0))
         if failed:
             if call is None or self._last_call.get(arm) is not call:  # another row of a weighed call adds nothing
                 self._last_call[arm] = call
@@ -204,6 +226,11 @@ class SplitGuard:
             return (
                 f"the candidate failed {self._clean_run} calls in a row while stable answered (no healthy "
                 f"version fails more than {self.burst_failures} in a row)"
+            )
+        if self.reason == "pooled":
+            return (
+                f"the candidate failed {self.pooled} calls in a row across the gateway's replicas while stable "
+                f"answered (no healthy version fails more than {self.burst_failures} in a row)"
             )
         return (
             f"hard failures fell on the candidate beyond its traffic share: log-evidence {self.evidence:.1f} ≥ "

@@ -161,6 +161,7 @@ def _percent_for(routing: Routing, cohort: str) -> float:
 
 def route_rules(config: HTTPRouteConfig, routing: Routing) -> list[dict[str, Any]]:
     """The HTTPRoute rules that send each cohort's requests to stable and candidate in the routing's shares."""
+
     def path() -> dict[str, str]:  # a fresh dict per rule: shared ones would dump as YAML anchors
         return {"type": "PathPrefix", "value": config.path_prefix}
 

@@ -132,9 +132,7 @@ def _same_parent(ref: dict[str, Any], parent: dict[str, Any], route_namespace: s
     )
 
 
-def accepted(
-    route: dict[str, Any], parent: dict[str, Any], generation: int, route_namespace: str
-) -> bool | str | None:
+def accepted(route: dict[str, Any], parent: dict[str, Any], generation: int, route_namespace: str) -> bool | str | None:
     """True when the parent's Accepted and ResolvedRefs conditions are True for `generation`;
     the reason text when the controller refused it; None while it has not looked at `generation` yet."""
     for status in (route.get("status") or {}).get("parents") or []:
