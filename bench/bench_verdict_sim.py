@@ -74,7 +74,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
-from dataclasses import dataclass, field, replace  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from datetime import datetime, timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -680,7 +680,7 @@ def step(run: Rollout) -> Outcome | None:
 def _open(run: Rollout, action: Action, now: datetime) -> None:
     run.state, run.opened = apply(run.state, action, run.plan, now), run.clock
     if getattr(run.state, "started_at", now) is None:  # the product sets it on the first opening; older ones did not
-        run.state = replace(run.state, started_at=now)
+        run.state = run.state.model_copy(update={"started_at": now})
     slice_s, cohorts = run.plan.max_gap_s[run.profile], run.shape.cohorts
     if run.exact:
         run.source = SimSource(run.clock, run.shape.users, cohorts, slice_s, run.before)

@@ -8,7 +8,6 @@ and what traffic the resulting route means under Gateway API matching rules.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -112,7 +111,7 @@ def test_the_rollout_plan_through_the_route_sends_each_cohort_its_share(kube):
         # stage that breached (the next stage is routed when it opens); promotion and full rollback.
         routed = {
             ActionKind.OPEN_STAGE: state,
-            ActionKind.ROLLBACK_COHORT: replace(before, excluded_cohorts=state.excluded_cohorts),
+            ActionKind.ROLLBACK_COHORT: before.model_copy(update={"excluded_cohorts": state.excluded_cohorts}),
             ActionKind.PROMOTE: state,
             ActionKind.ROLLBACK_ALL: state,
         }.get(action.kind)

@@ -10,7 +10,7 @@ import pytest
 from mlrelease.errors import StepError
 from mlrelease.rollout.analysis import analyze_stage, open_cohorts
 from mlrelease.rollout.guardrails import Verdict
-from mlrelease.rollout.machine import ActionKind, Phase, RolloutState, next_action
+from mlrelease.rollout.machine import Action, ActionKind, Phase, RolloutState, apply, next_action
 from mlrelease.rollout.outage import CallTimeline, find_outages
 from mlrelease.rollout.plan import ShadowSpec, load_plan
 from mlrelease.rollout.store import RolloutBusy, RolloutRecord, RolloutStore
@@ -193,7 +193,9 @@ def test_one_rollout_at_a_time_and_the_owner_resumes(tmp_path):
     assert first.revision == 1 and store.begin(_record("20261129T020000Z", 2)) == first  # a rerun resumes
     with pytest.raises(RolloutBusy, match="v2 is still being rolled out .* run 20261129T020000Z"):
         store.begin(_record("20261130T020000Z", 3))
-    done = first.with_state(RolloutState(2, 1, phase=Phase.ROLLED_BACK, reason="x"), T0)
+    rolling_back = apply(first, Action(ActionKind.ROLLBACK_ALL, 0, reason="x"), PLAN, T0)
+    done = apply(rolling_back, Action(ActionKind.COMPLETE_ROLLBACK, 0, reason="x"), PLAN, T0)
+    assert isinstance(done, RolloutRecord) and done.phase is Phase.ROLLED_BACK  # a record in, the next record out
     store.update(lambda current: done)
     assert (tmp_path / "history" / "parcel_eta-v2-20261129T020000Z.json").is_file()  # finished ones are archived
     assert store.read().finished_at == T0
@@ -368,7 +370,7 @@ def test_an_outage_does_not_turn_on_inconclusive_rollback_into_a_fail_but_a_real
     broken = _both("high_value", _window(1500, errors=300), _window(1500))
     failed = _analyze(0, broken, silent=(20.0, 31.0))
     assert failed.verdicts["high_value"] is Verdict.FAIL and failed.outages
-    opened, early = RolloutState(2, 1, stage_opened_at=T0), T0 + timedelta(seconds=30)
+    opened, early = RolloutState(candidate_version=2, stable_version=1, stage_opened_at=T0), T0 + timedelta(seconds=30)
     assert next_action(opened, PLAN, "demo", early, failed.verdicts).kind is ActionKind.ROLLBACK_ALL
 
 

@@ -276,7 +276,8 @@ def test_the_pre_rollout_baseline_ends_when_the_rollout_began_and_starts_after_t
     state = RolloutState(candidate_version=2, stable_version=1, started_at=began)
     assert baseline_window(state, plan, "production") == (began - timedelta(hours=2), began)
     # the previous rollout's candidate held the same buckets until an hour ago: the window starts then
-    after = replace(state, baseline_since=began - timedelta(hours=1))
+    after = state.model_copy(update={"baseline_since": began - timedelta(hours=1)})
     assert baseline_window(after, plan, "production") == (began - timedelta(hours=1), began)
-    assert baseline_window(replace(state, baseline_since=began), plan, "production") is None
-    assert baseline_window(replace(state, started_at=None), plan, "production") is None  # no start: no covariate
+    assert baseline_window(state.model_copy(update={"baseline_since": began}), plan, "production") is None
+    no_start = state.model_copy(update={"started_at": None})
+    assert baseline_window(no_start, plan, "production") is None  # no start: no covariate

@@ -13,9 +13,12 @@ back, and stored `apply(state, COMPLETE_ROLLBACK)` (phase ROLLED_BACK).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
 
 from mlrelease.rollout.plan import Profile, RolloutPlan
 from mlrelease.verdicts.decide import Verdict
@@ -45,9 +48,14 @@ class ActionKind(StrEnum):
     NONE = "none"
 
 
-@dataclass(frozen=True)
-class RolloutState:
-    """One candidate's rollout: its phase, the current stage and since when, and cohorts taken back."""
+class RolloutState(BaseModel):
+    """One candidate's rollout: its phase, the current stage and since when, and cohorts taken back.
+
+    The stored record (`rollout/store.py`'s `RolloutRecord`) *is* this state, with its owner, plan and history added:
+    one type, so `apply` on a record returns the next record and no field is copied between two shapes.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     candidate_version: int
     stable_version: int
@@ -58,6 +66,10 @@ class RolloutState:
     reason: str = ""
     started_at: datetime | None = None  # when the rollout began: what came before is the pre-rollout baseline
     baseline_since: datetime | None = None  # … but not before this (the previous rollout of the model ended)
+    finished_at: datetime | None = None  # when it was promoted or rolled back
+
+
+State = TypeVar("State", bound=RolloutState)
 
 
 @dataclass(frozen=True)
@@ -142,12 +154,25 @@ def _on_breach(state: RolloutState, plan: RolloutPlan, failed: tuple[str, ...]) 
     return Action(ActionKind.ROLLBACK_ALL, state.stage, failed, reason)
 
 
-def apply(state: RolloutState, action: Action, plan: RolloutPlan, now: datetime) -> RolloutState:
-    """The state after `action` was carried out (pure; store the result, then the next tick reads it).
+def apply(state: State, action: Action, plan: RolloutPlan, now: datetime) -> State:
+    """The state after `action` was carried out (pure; store the result, then the next tick reads it). A record in,
+    the next record out: its other fields stay as they are.
 
     `ROLLBACK_ALL` is stored before traffic moves (rolling back; a rollback already under way keeps its first
     reason), `COMPLETE_ROLLBACK` only after routing was confirmed on stable.
     """
+    after = _after(state, action, plan, now)
+    if after.phase in (Phase.PROMOTED, Phase.ROLLED_BACK) and after.finished_at is None:
+        return replace(after, finished_at=now)
+    return after
+
+
+def replace(state: State, **changes: Any) -> State:
+    """`state` with `changes` (a frozen model's copy; the values are the machine's own, already valid)."""
+    return state.model_copy(update=changes)
+
+
+def _after(state: State, action: Action, plan: RolloutPlan, now: datetime) -> State:
     kind = action.kind
     if kind is ActionKind.ROLLBACK_ALL:
         if state.phase is Phase.ROLLING_BACK:

@@ -41,64 +41,22 @@ class Event(BaseModel):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
-class RolloutRecord(BaseModel):
-    """A candidate's rollout as stored (see module docstring)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class RolloutRecord(RolloutState):
+    """A candidate's rollout as stored (see module docstring): the state machine's state (`RolloutState`, whose
+    fields it has) with who owns it, the plan it runs under and its history."""
 
     revision: int = 0
     model: str
     run_key: str = Field(description="the data interval of the DAG run that owns this rollout")
-    candidate_version: int
-    stable_version: int
     profile: Profile
     plan: RolloutPlan
-    phase: Phase = Phase.STAGE
-    stage: int = 0
-    stage_opened_at: datetime | None = None
-    excluded_cohorts: tuple[str, ...] = ()
-    reason: str = ""
-    started_at: datetime
-    baseline_since: datetime | None = Field(
-        None, description="the previous rollout's end: the pre-rollout baseline starts no earlier"
-    )
-    finished_at: datetime | None = None
+    started_at: datetime  # a stored rollout has begun (the state machine's own may not have)
     history: tuple[Event, ...] = ()
 
     @property
     def active(self) -> bool:
         """Whether the rollout is still in progress, paused or rolling back (not finished: one at a time)."""
         return self.phase in ACTIVE
-
-    def state(self) -> RolloutState:
-        """The state machine's view of this record."""
-        return RolloutState(
-            candidate_version=self.candidate_version,
-            stable_version=self.stable_version,
-            phase=self.phase,
-            stage=self.stage,
-            stage_opened_at=self.stage_opened_at,
-            excluded_cohorts=self.excluded_cohorts,
-            reason=self.reason,
-            started_at=self.started_at,
-            baseline_since=self.baseline_since,
-        )
-
-    def with_state(self, state: RolloutState, now: datetime) -> RolloutRecord:
-        """This record moved to `state` (finished_at set when the phase becomes terminal)."""
-        finished = self.finished_at
-        if state.phase in (Phase.PROMOTED, Phase.ROLLED_BACK) and finished is None:
-            finished = now
-        return self.model_copy(
-            update={
-                "phase": state.phase,
-                "stage": state.stage,
-                "stage_opened_at": state.stage_opened_at,
-                "excluded_cohorts": state.excluded_cohorts,
-                "reason": state.reason,
-                "finished_at": finished,
-            }
-        )
 
     def with_event(self, kind: str, now: datetime, stage: int | None = None, **detail: Any) -> RolloutRecord:
         """This record with one more history event."""

@@ -25,7 +25,7 @@ def _tick(ctx: RolloutContext, record: RolloutRecord, stage: int) -> tuple[Actio
     now = now_utc()
     routing = ctx.router.current()
     tripped = routing.tripped.get(record.candidate_version) if routing else None
-    action, analysis = look(record.state(), record.plan, record.profile, ctx.source, ctx.cohorts, now, tripped=tripped)
+    action, analysis = look(record, record.plan, record.profile, ctx.source, ctx.cohorts, now, tripped=tripped)
     ctx.store.append_evidence(
         record,
         {
@@ -100,18 +100,18 @@ def _act(
         # The decision is stored first, as rolling back with the verdict's reason: traffic may still reach the
         # candidate, and the record says so until routing confirms stable (a failed routing leaves it there).
         decided = replace(action, reason=f"{action.reason}: {analysis.summary()}")
-        record = ctx.record_update(record, analysed.with_state(apply(record.state(), decided, record.plan, now), now))
+        record = ctx.record_update(record, apply(analysed, decided, record.plan, now))
         finish_rollback(ctx, record)
         raise GateFailed(f"rolled back v{version} to v{record.stable_version}: {analysis.summary()}")
     record = ctx.record_update(record, analysed)
     result = {**stage_result(record, stage), **detail, **analysis.as_dict()}
     if kind is ActionKind.PROMOTE:
         return {**result, "status": "every stage passed: ready to promote"}
-    state = apply(record.state(), action, record.plan, now)
+    state = apply(record, action, record.plan, now)
     if kind is ActionKind.ROLLBACK_COHORT:
         # Traffic first, for the stage that breached: the cohort back on stable, the others keep the candidate
         # (the next stage's shares are routed only when rollout-stage opens it).
-        held = replace(record.state(), excluded_cohorts=state.excluded_cohorts)
+        held = record.model_copy(update={"excluded_cohorts": state.excluded_cohorts})
         ctx.route(record, held, action.reason, clear_trips=True)
         # Calls the gateway routed before it saw the change may still fail and trip the candidate for the
         # cohorts that keep it: after the drain, clear those late trips once more (the write is idempotent).
@@ -119,14 +119,12 @@ def _act(
         ctx.route(record, held, action.reason, clear_trips=True)
         record = ctx.record_update(
             record,
-            record.with_state(state, now).with_event(
-                "cohort_rolled_back", now, stage, cohorts=list(action.cohorts), reason=analysis.summary()
-            ),
+            state.with_event("cohort_rolled_back", now, stage, cohorts=list(action.cohorts), reason=analysis.summary()),
         )
         result["diagnosis"] = _diagnose_all(settings, ctx, record, stage, action.cohorts)
         ctx.registry.tag_version(version, rollout_rolled_back_cohorts=",".join(record.excluded_cohorts))
     else:
-        record = ctx.record_update(record, record.with_state(state, now))
+        record = ctx.record_update(record, state)
     if record.phase is Phase.PAUSED:
         raise Skipped(f"rollout of v{version} paused: {record.reason}")
     return {**result, "status": str(kind)}

@@ -46,7 +46,7 @@ def promote(
     if not passed and not (by_hand and record.phase is Phase.PAUSED):
         raise StepError(f"v{version} has not passed the last stage's analysis: refusing to promote an unchecked model")
     now = now_utc()
-    state = apply(record.state(), Action(ActionKind.PROMOTE, record.stage, reason="promoted"), record.plan, now)
+    state = apply(record, Action(ActionKind.PROMOTE, record.stage, reason="promoted"), record.plan, now)
     routing = ctx.route(record, state, "promote")  # traffic first; the alias is the commit point
     client = ctx.registry.client()
     client.set_registered_model_alias(MODEL_NAME, CHAMPION, str(version))
@@ -59,7 +59,7 @@ def promote(
     )
     record = ctx.record_update(
         record,
-        record.with_state(state, now).with_event(
+        state.with_event(
             "promoted",
             now,
             record.stage,

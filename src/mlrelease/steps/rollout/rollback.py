@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from mlrelease.errors import Skipped, StepError
@@ -26,8 +25,8 @@ def _request_rollback(ctx: RolloutContext, record: RolloutRecord, reason: str) -
     """Store a rollback of everything as decided (before any traffic moves), or append `reason` to one under way."""
     now = now_utc()
     requested = record.with_event("rollback_requested", now, record.stage, reason=reason)
-    decided = apply(record.state(), Action(ActionKind.ROLLBACK_ALL, record.stage, reason=reason), record.plan, now)
-    return ctx.record_update(record, requested.with_state(decided, now))
+    decided = apply(requested, Action(ActionKind.ROLLBACK_ALL, record.stage, reason=reason), record.plan, now)
+    return ctx.record_update(record, decided)
 
 
 def finish_rollback(ctx: RolloutContext, record: RolloutRecord) -> tuple[RolloutRecord, dict[str, Any]]:
@@ -35,7 +34,7 @@ def finish_rollback(ctx: RolloutContext, record: RolloutRecord) -> tuple[Rollout
     if record.phase is Phase.ROLLING_BACK:
         record = _complete_rollback(ctx, record)
     else:  # rolled back already: the routing write is idempotent, and the cleanup may not have finished
-        ctx.route(record, record.state(), record.reason, clear_trips=True)
+        ctx.route(record, record, record.reason, clear_trips=True)
     cleanup = ctx.retire_candidate(record, record.reason)
     return record, {
         "model_version": record.candidate_version,
@@ -51,11 +50,11 @@ def _complete_rollback(ctx: RolloutContext, record: RolloutRecord) -> RolloutRec
     Any failure (stable cannot be loaded, the routing store is down, the read-back still shows the candidate)
     leaves the record rolling back, with its reason; the next `rollback` or `analyze` tries again.
     """
-    action = next_action(record.state(), record.plan, record.profile, now_utc(), None)
+    action = next_action(record, record.plan, record.profile, now_utc(), None)
     assert action.kind is ActionKind.COMPLETE_ROLLBACK, action
     stays = f"the rollout of v{record.candidate_version} stays rolling back ({record.reason})"
     try:
-        ctx.route(record, record.state(), record.reason, clear_trips=True)
+        ctx.route(record, record, record.reason, clear_trips=True)
         routing = ctx.router.current()
     except StepError as exc:
         raise StepError(f"{exc}; {stays}: rerun `mlrelease step rollback` to finish it") from exc
@@ -65,7 +64,7 @@ def _complete_rollback(ctx: RolloutContext, record: RolloutRecord) -> RolloutRec
     if record.candidate_version in routing.serving_versions():
         raise StepError(f"routing still sends traffic to v{record.candidate_version} after the rollback write; {stays}")
     now = now_utc()
-    rolled_back = record.with_state(apply(record.state(), action, record.plan, now), now)
+    rolled_back = apply(record, action, record.plan, now)
     return ctx.record_update(
         record,
         rolled_back.with_event(
@@ -96,13 +95,11 @@ def rollback(settings: Settings, run_key: str | None, *, cohort: str | None = No
     if not record.active:
         raise Skipped(f"nothing to roll back: the rollout is {record.phase}")
     now = now_utc()
-    state = replace(record.state(), excluded_cohorts=tuple(sorted({*record.excluded_cohorts, cohort})))
+    state = record.model_copy(update={"excluded_cohorts": tuple(sorted({*record.excluded_cohorts, cohort}))})
     routing = ctx.route(record, state, reason)
     ctx.record_update(
         record,
-        record.with_state(state, now).with_event(
-            "cohort_rolled_back", now, record.stage, cohorts=[cohort], reason=reason
-        ),
+        state.with_event("cohort_rolled_back", now, record.stage, cohorts=[cohort], reason=reason),
     )
     return {"status": f"{cohort} rolled back", "candidate_percent": routing.candidate_percent}
 

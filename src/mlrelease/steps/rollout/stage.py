@@ -35,7 +35,7 @@ def stage_result(record: RolloutRecord, stage: int) -> dict[str, Any]:
         "phase": str(record.phase),
         "opened_at": iso(opened),
         "analyze_at": iso(analyze_at),
-        "candidate_percent": candidate_percent(record.state(), record.plan) if record.active else {},
+        "candidate_percent": candidate_percent(record, record.plan) if record.active else {},
     }
 
 
@@ -119,19 +119,17 @@ def rollout_stage(
         return {**stage_result(record, min(stage, len(record.plan.stages) - 1)), "status": "already opened"}
     check_position(record, stage)
     now = now_utc()
-    action = next_action(record.state(), record.plan, record.profile, now, None)
+    action = next_action(record, record.plan, record.profile, now, None)
     if action.kind is not ActionKind.OPEN_STAGE:
         return {**stage_result(record, stage), "status": "already opened"}
     if overridden is not None:
         record = ctx.record_update(record, record.with_event("gates_overridden", now, stage, **overridden))
-    state = apply(record.state(), action, record.plan, now)
+    state = apply(record, action, record.plan, now)
     routing = ctx.route(record, state, action.reason)  # traffic first: a crash here reopens the same stage
     shares = candidate_percent(state, record.plan)
     record = ctx.record_update(
         record,
-        record.with_state(state, now).with_event(
-            "stage_opened", now, stage, candidate_percent=shares, routing_revision=routing.revision
-        ),
+        state.with_event("stage_opened", now, stage, candidate_percent=shares, routing_revision=routing.revision),
     )
     return {**stage_result(record, stage), "status": "opened", "routing_revision": routing.revision}
 
