@@ -245,7 +245,7 @@ class Drill:
 
         return run_key(self.end)
 
-    def open_stage(self, stage: int = 0) -> dict[str, Any]:
+    def open_stage(self, stage: int = 1) -> dict[str, Any]:
         """The real `rollout-stage` step."""
         from mlrelease.steps import rollout as steps
 
@@ -276,7 +276,7 @@ class Drill:
 def drill_none(d: Drill) -> None:
     """No fault: the stage and its analysis under the same traffic (the control row)."""
     d.open_stage()
-    analysis = in_background(dag_analysis, d.world.settings, 0, d.key)
+    analysis = in_background(dag_analysis, d.world.settings, 1, d.key)
     time.sleep(FAULT_AFTER_S)
     d.fault()  # the moment a fault would come
     d.wait_dag(analysis)
@@ -289,7 +289,7 @@ def drill_triton(d: Drill) -> None:
     paths = local_triton.TritonPaths.from_settings(d.world.settings)
     restarts = local_triton.supervisor_state(paths).get("restarts", 0)
     d.open_stage()
-    analysis = in_background(dag_analysis, d.world.settings, 0, d.key)
+    analysis = in_background(dag_analysis, d.world.settings, 1, d.key)
     time.sleep(FAULT_AFTER_S)
     victim = local_triton.running_pid(paths)
     if victim is None:
@@ -384,7 +384,7 @@ def drill_worker(d: Drill) -> None:
     if len(before) != GATEWAY_WORKERS:
         raise SystemExit(f"expected {GATEWAY_WORKERS} gateway workers, found {sorted(before)}")
     d.open_stage()
-    analysis = in_background(dag_analysis, d.world.settings, 0, d.key)
+    analysis = in_background(dag_analysis, d.world.settings, 1, d.key)
     time.sleep(FAULT_AFTER_S)
     victim = max(before, key=lambda pid: established_connections(pid, d.port))
     held = established_connections(victim, d.port)
@@ -499,7 +499,7 @@ def _gateway_routing(d: Drill) -> str:
 def drill_redis(d: Drill, redis: RestartableRedis) -> None:
     """kill -9 the Redis that holds the online features and the routing state; start it again after a while."""
     d.open_stage()
-    analysis = in_background(dag_analysis, d.world.settings, 0, d.key)
+    analysis = in_background(dag_analysis, d.world.settings, 1, d.key)
     time.sleep(FAULT_AFTER_S)
     redis.kill()
     d.fault()
@@ -519,7 +519,7 @@ def drill_store(d: Drill) -> None:
 
     path: Path = d.world.routing_store().path  # the file store (this drill runs on the default config)
     d.open_stage()
-    analysis = in_background(dag_analysis, d.world.settings, 0, d.key)
+    analysis = in_background(dag_analysis, d.world.settings, 1, d.key)
     time.sleep(FAULT_AFTER_S)
     with unreadable(path):
         d.fault()
@@ -537,13 +537,13 @@ def drill_store(d: Drill) -> None:
     revision = json.loads(path.read_text())["revision"]
     with unreadable(path):
         try:
-            d.open_stage(1)
+            d.open_stage(2)
             refused = "stage 2 opened although the store was unreadable"
         except StepError as exc:
             refused = f"rollout-stage 2 refused: {_short(str(exc), 120)}"
     record = d.record()
     untouched = json.loads(path.read_text())["revision"] == revision and record.stage_opened_at is None
-    opened = d.open_stage(1)["status"]
+    opened = d.open_stage(2)["status"]
     d.notes.append(f"{refused}; routing and record untouched: {untouched}; rerun after recovery: stage 2 {opened}")
 
 
@@ -606,7 +606,7 @@ def end_phase(record: Any) -> str:
     if record is None:
         return "no record"
     if record.phase is Phase.STAGE:
-        return f"stage {record.stage + 1} {'open' if record.stage_opened_at else 'next'}"
+        return f"stage {record.stage} {'open' if record.stage_opened_at else 'next'}"
     return str(record.phase)
 
 

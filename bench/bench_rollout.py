@@ -73,11 +73,11 @@ def one_run(world: dict[str, Any], version: int, plan_file: Path, n: int) -> dic
     settings = world["settings"]
     end = datetime(2030, 1, 1) + timedelta(days=n)  # a run key per repetition
     key = run_key(end.astimezone())
-    opened = steps.rollout_stage(settings, 0, version, key, profile="demo", plan_path=plan_file)
+    opened = steps.rollout_stage(settings, 1, version, key, profile="demo", plan_path=plan_file)
     analyze_at = datetime.fromisoformat(opened["analyze_at"])
     time.sleep(max(0.0, analyze_at.timestamp() - time.time()))
     try:
-        steps.analyze(settings, 0, version, key)
+        steps.analyze(settings, 1, version, key)
     except (GateFailed, Skipped):
         pass
     steps.rollback(settings, key, reason="bench run over")

@@ -666,7 +666,7 @@ def step(run: Rollout) -> Outcome | None:
     if action.kind is ActionKind.OPEN_STAGE:
         _open(run, action, now)
         return None
-    spec = run.plan.stages[run.state.stage]
+    spec = run.plan.stage(run.state.stage)
     _traffic(run, spec.check_every_s[run.profile])
     now = T0 + timedelta(seconds=run.clock)
     tripped = "guard" if run.guards.tripped_at is not None else None
@@ -687,7 +687,7 @@ def _open(run: Rollout, action: Action, now: datetime) -> None:
     else:
         assert run.model is not None
         assignment = traffic.assign(run.world, candidate_percent(run.state, run.plan))
-        spec = run.plan.stages[run.state.stage]
+        spec = run.plan.stage(run.state.stage)
         seconds = int(spec.max_exposure_s[run.profile] + 2 * spec.check_every_s[run.profile])
         stage = traffic.stage_traffic(run.model, assignment)
         run.source = SumSource(run.clock, stage, cohorts, slice_s, seconds, run.before)
@@ -721,7 +721,7 @@ def _decide(run: Rollout, action: Action, analysis: StageAnalysis, now: datetime
     if result is None:
         return None
     hours = run.clock / 3600
-    return Outcome(result, action.stage + 1, why, hours, run.first_trip, run.stage_times)
+    return Outcome(result, action.stage, why, hours, run.first_trip, run.stage_times)
 
 
 # --- Many rollouts, and the table ----------------------------------------------------------------------------------

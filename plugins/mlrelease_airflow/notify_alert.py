@@ -177,9 +177,9 @@ def rollout_numbers(ti: Any, key: str | None) -> dict[str, Any]:
         numbers.update(
             candidate_version=record.candidate_version,
             stable_version=record.stable_version,
-            stage=record.stage + 1,
+            stage=record.stage,
             stages=len(stages) or None,
-            stage_name=stages[record.stage].name if 0 <= record.stage < len(stages) else None,
+            stage_name=stages[record.stage - 1].name if 1 <= record.stage <= len(stages) else None,
             phase=str(record.phase),
             reason=record.reason or None,
             excluded_cohorts=list(record.excluded_cohorts),

@@ -162,7 +162,7 @@ def _run_key(args: argparse.Namespace) -> str:
 def _stage(args: argparse.Namespace) -> int:
     if args.stage < 1:
         raise ValueError(f"--stage counts from 1, got {args.stage}")
-    return int(args.stage) - 1
+    return int(args.stage)
 
 
 def _step_shadow(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:

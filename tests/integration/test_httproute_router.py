@@ -103,7 +103,7 @@ def test_the_rollout_plan_through_the_route_sends_each_cohort_its_share(kube):
     passing = {c: Verdict.PASS for c in COHORTS}
     state, now, seen = RolloutState(candidate_version=2, stable_version=1), T0, []
     for _ in range(50):
-        action = next_action(state, PLAN, "demo", now, tail_fails if state.stage == 1 else passing)
+        action = next_action(state, PLAN, "demo", now, tail_fails if state.stage == 2 else passing)
         if action.kind is ActionKind.NONE:
             break
         before, state = state, apply(state, action, PLAN, now)
@@ -116,7 +116,7 @@ def test_the_rollout_plan_through_the_route_sends_each_cohort_its_share(kube):
             ActionKind.ROLLBACK_ALL: state,
         }.get(action.kind)
         if routed is not None:
-            ctx.route(record, routed, reason=f"{action.kind} {PLAN.stages[action.stage].name}")
+            ctx.route(record, routed, reason=f"{action.kind} {PLAN.stage(action.stage).name}")
             route = _route(kube)
             seen.append((action.kind, {c: candidate_share(route, c, 2) for c in (*COHORTS, None)}))
         now += timedelta(seconds=10)

@@ -239,7 +239,7 @@ class Release:
         return steps.analyze(self.world.settings, n, self.version, self.key)
 
     def all_stages(self) -> list[dict[str, Any]]:
-        return [self.wait_and_analyze(n) for n in range(3)]
+        return [self.wait_and_analyze(n) for n in range(1, 4)]
 
     def record(self) -> Any:
         return RolloutStore.from_settings(self.world.settings, MODEL_NAME).read()
@@ -307,8 +307,8 @@ def test_good_candidate_is_promoted_with_no_client_errors(fresh, gateway, bodies
     steps.retire(fresh.settings, HEALTHY_CANDIDATE, release.key)
     assert not fresh.client().version_ready(MODEL_NAME, GOOD)
     # Every step is idempotent: rerunning them changes nothing.
-    assert release.stage(2)["status"] == "already opened"
-    assert steps.analyze(fresh.settings, 2, HEALTHY_CANDIDATE, release.key)["status"] == "already analysed"
+    assert release.stage(3)["status"] == "already opened"
+    assert steps.analyze(fresh.settings, 3, HEALTHY_CANDIDATE, release.key)["status"] == "already analysed"
     assert steps.promote(fresh.settings, HEALTHY_CANDIDATE, release.key)["status"] == "already promoted"
     assert release.record().phase is Phase.PROMOTED
 
@@ -325,13 +325,13 @@ def test_a_candidate_whose_shadow_failed_is_refused_where_traffic_moves(fresh, r
         match=r"rollout-stage refuses v\d+: benchmark_status missing .*; "
         r"shadow_status=failed \(latency slower than \+10%\)",
     ):
-        release.stage(1)
+        release.stage(2)
     assert _routing(fresh) == before and release.record() is None  # no traffic moved, no rollout recorded
     # A human may route it anyway: explicitly, recorded in the history and on the version, and alerted.
     monkeypatch.setenv("MLRELEASE_ALERT_WEBHOOK", receiver.url)
     opened = steps.rollout_stage(
         fresh.settings,
-        0,
+        1,
         HEALTHY_CANDIDATE,
         release.key,
         profile="demo",
@@ -355,7 +355,7 @@ def test_a_restarted_triton_gets_its_versions_back_and_a_rollback_still_reaches_
     from mlrelease.serving import local_triton
 
     release = Release(fresh, HEALTHY_CANDIDATE)
-    assert release.stage(0)["status"] == "opened"  # stage 1: high_value half on the candidate
+    assert release.stage(1)["status"] == "opened"  # stage 1: high_value half on the candidate
     local_triton.down(fresh.settings)
     started = local_triton.up(fresh.settings)  # what a person (or a supervisor) runs after the crash
     assert started["serving"]["reloaded"] == [GOOD, HEALTHY_CANDIDATE]  # the policy's versions, no manual load
@@ -379,11 +379,11 @@ def test_erroring_candidate_is_rolled_back_at_the_first_stage(fresh, gateway, bo
     with devkit.background_traffic(gateway, bodies, fresh.api_key, RATE) as report:
         time.sleep(WARM_UP_S)
         with pytest.raises(GateFailed, match="rolled back v5 to v1.*fast_guard"):
-            release.wait_and_analyze(0)
+            release.wait_and_analyze(1)
         time.sleep(0.5)
     assert report.errors == 0, report.summary()
     record = release.record()
-    assert record.phase is Phase.ROLLED_BACK and record.stage == 0
+    assert record.phase is Phase.ROLLED_BACK and record.stage == 1
     routing = _routing(fresh)
     assert (routing["stable_version"], routing["candidate_version"], routing["guard_trips"]) == (GOOD, None, [])
     assert _aliases(fresh) == {CHAMPION: GOOD, CHALLENGER: None}
@@ -392,25 +392,25 @@ def test_erroring_candidate_is_rolled_back_at_the_first_stage(fresh, gateway, bo
     assert tags["rollout_status"] == "rolled_back" and "fast_guard" in tags["rollout_reason"]
     # The failed run's later tasks refuse, and a rerun of the analysis reaches the same verdict.
     with pytest.raises(GateFailed, match="was rolled back"):
-        release.stage(1)
+        release.stage(2)
     with pytest.raises(GateFailed, match="was rolled back"):
-        steps.analyze(fresh.settings, 0, ERRORS, release.key)
+        steps.analyze(fresh.settings, 1, ERRORS, release.key)
 
 
 def test_a_second_run_cannot_start_a_rollout_while_one_is_active(fresh, gateway):
     first = Release(fresh, HEALTHY_CANDIDATE)
-    first.stage(0)
+    first.stage(1)
     second = Release(fresh, ERRORS, end="2026-11-30T02:00:00+00:00")
     with pytest.raises(RolloutBusy, match="v2 is still being rolled out.*20261129T020000Z"):
-        second.stage(0)
-    assert first.stage(0)["status"] == "already opened"  # the owner's rerun is fine
+        second.stage(1)
+    assert first.stage(1)["status"] == "already opened"  # the owner's rerun is fine
     steps.rollback(fresh.settings, first.key, reason="test over")
     assert first.record().phase is Phase.ROLLED_BACK
 
 
 def test_bootstrap_has_nothing_to_roll_out(fresh):
     with pytest.raises(Skipped, match="champion already"):
-        Release(fresh, GOOD).stage(0)
+        Release(fresh, GOOD).stage(1)
     with pytest.raises(Skipped, match="champion already"):
         shadow(fresh.settings, GOOD, parse_timestamp(WINDOW_END, name="end"))
     with pytest.raises(Skipped, match="nothing to roll back"):  # the DAG's rollback after an earlier failure
@@ -419,7 +419,7 @@ def test_bootstrap_has_nothing_to_roll_out(fresh):
 
 def test_promotion_refuses_an_unchecked_candidate(fresh):
     release = Release(fresh, HEALTHY_CANDIDATE)
-    release.stage(0)
+    release.stage(1)
     with pytest.raises(StepError, match="has not passed the last stage"):
         steps.promote(fresh.settings, HEALTHY_CANDIDATE, release.key)
     assert _aliases(fresh)[CHAMPION] == GOOD
@@ -432,11 +432,11 @@ def test_unreachable_routing_state_fails_before_touching_traffic(fresh, monkeypa
     monkeypatch.setenv("MLRELEASE_GATEWAY_CONFIG", str(broken))
     release = Release(fresh, HEALTHY_CANDIDATE)
     with pytest.raises(StepError, match="redis://127.0.0.1:1/0"):
-        release.stage(0)
+        release.stage(1)
     record = release.record()
     assert record.stage_opened_at is None  # nothing was recorded as opened
     monkeypatch.setenv("MLRELEASE_GATEWAY_CONFIG", str(working))
-    assert release.stage(0)["status"] == "opened"  # once the store is back, the same run resumes
+    assert release.stage(1)["status"] == "opened"  # once the store is back, the same run resumes
     steps.rollback(fresh.settings, release.key, reason="test over")
 
 
@@ -469,7 +469,7 @@ def test_nan_on_a_few_percent_of_the_long_tail_rolls_back_that_cohort_only(fresh
     routing = _routing(fresh)  # the long tail is back on stable, high value keeps its candidate share
     assert routing["candidate_percent"] == {"high_value": 50.0, "long_tail": 0.0} and routing["guard_trips"] == []
     # The last stage passes for the other cohorts, but one champion cannot exclude a cohort: a human decides.
-    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: release.wait_and_analyze(2))
+    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: release.wait_and_analyze(3))
     assert isinstance(outcome, Skipped) and "long_tail was rolled back" in str(outcome), outcome
     assert release.record().phase is Phase.PAUSED and _aliases(fresh)[CHAMPION] == GOOD
     steps.rollback(fresh.settings, None, reason="abort after the drill")
@@ -496,7 +496,7 @@ def test_low_confidence_on_the_long_tail_is_caught_at_its_stage_and_diagnosed(fr
 
 def test_slow_candidate_fails_the_latency_guardrail(fresh, gateway, bodies):
     release = Release(fresh, SLOW)
-    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: release.wait_and_analyze(0))
+    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: release.wait_and_analyze(1))
     assert report.errors == 0, report.summary()
     assert isinstance(outcome, GateFailed) and "* latency: shift +" in str(outcome), (
         [r["reason"] for r in outcome["results"]] if isinstance(outcome, dict) else outcome
@@ -522,11 +522,11 @@ def test_candidate_crashing_mid_stage_is_rolled_back_with_no_client_errors(fresh
     release = Release(fresh, HEALTHY_CANDIDATE)
 
     def crash_then_analyze() -> dict[str, Any]:
-        release.stage(0)
+        release.stage(1)
         time.sleep(1.0)
         # the candidate's instance goes away under load
         _serve(fresh, [GOOD])
-        return release.wait_and_analyze(0)
+        return release.wait_and_analyze(1)
 
     outcome, report = _traffic_then(fresh, gateway, bodies, crash_then_analyze)
     assert isinstance(outcome, GateFailed) and "fast_guard" in str(outcome), outcome
@@ -538,7 +538,7 @@ def test_a_killed_analysis_resumes_from_the_stored_state(fresh, gateway, bodies)
     release = Release(fresh, HEALTHY_CANDIDATE)
 
     def kill_then_resume() -> dict[str, Any]:
-        release.stage(0)
+        release.stage(1)
         killed = subprocess.Popen(
             [MLRELEASE, "step", "analyze", "--stage", "1", "--model-version", str(HEALTHY_CANDIDATE)]
             + ["--end", WINDOW_END, "--poll-s", "0.2"]
@@ -547,12 +547,12 @@ def test_a_killed_analysis_resumes_from_the_stored_state(fresh, gateway, bodies)
         killed.kill()
         killed.wait()
         assert not [e for e in release.record().history if e.kind == "analysis"]
-        return release.wait_and_analyze(0)
+        return release.wait_and_analyze(1)
 
     outcome, report = _traffic_then(fresh, gateway, bodies, kill_then_resume)
     assert outcome["action"] == "advance", outcome
     assert [e.kind for e in release.record().history] == ["stage_opened", "analysis"]
-    assert release.record().stage == 1
+    assert release.record().stage == 2
     steps.rollback(fresh.settings, release.key, reason="test over")
 
 
@@ -603,12 +603,12 @@ def test_a_triton_killed_mid_stage_heals_with_no_manual_step(fresh, gateway, bod
     paths = local_triton.TritonPaths.from_settings(fresh.settings)
     with devkit.background_traffic(gateway, bodies, fresh.api_key, RATE) as report:
         time.sleep(WARM_UP_S)
-        assert release.stage(0)["status"] == "opened"
+        assert release.stage(1)["status"] == "opened"
         time.sleep(1.0)
         killed = local_triton.running_pid(paths)
         assert killed is not None
         os.kill(killed, signal.SIGKILL)
-        assert _as_the_dag_runs_it(release, 0) == "rolled back"
+        assert _as_the_dag_runs_it(release, 1) == "rolled back"
         deadline = time.monotonic() + 60  # model answers resume by themselves (the rule covers the meantime)
         while True:
             answer = requests.post(
@@ -638,7 +638,7 @@ def test_an_unreadable_routing_store_keeps_the_gateway_serving_and_the_steps_ref
     headers = {"X-API-Key": fresh.api_key}
     with devkit.background_traffic(gateway, bodies, fresh.api_key, RATE) as report:
         time.sleep(WARM_UP_S)
-        opened = release.stage(0)
+        opened = release.stage(1)
         deadline = time.monotonic() + 10  # the gateway has adopted the stage's routing (it refreshes every 0.2 s)
         while (
             requests.get(f"{gateway}/v1/routing", headers=headers, timeout=5).json()["state"]["revision"]
@@ -653,16 +653,16 @@ def test_an_unreadable_routing_store_keeps_the_gateway_serving_and_the_steps_ref
             assert view["state"]["revision"] == opened["routing_revision"]
             assert view["state"]["candidate_version"] == HEALTHY_CANDIDATE
             with pytest.raises(StepError, match="cannot be read"):
-                steps.analyze(fresh.settings, 0, HEALTHY_CANDIDATE, release.key, tick=True)
-        assert _as_the_dag_runs_it(release, 0) == "advance"
+                steps.analyze(fresh.settings, 1, HEALTHY_CANDIDATE, release.key, tick=True)
+        assert _as_the_dag_runs_it(release, 1) == "advance"
         revision = release.record().revision
         with devkit.unreadable(path):
             with pytest.raises(StepError, match="cannot be read"):
-                release.stage(1)
+                release.stage(2)
         record = release.record()
-        assert record.revision == revision and record.stage == 1 and record.stage_opened_at is None
+        assert record.revision == revision and record.stage == 2 and record.stage_opened_at is None
         assert _routing(fresh)["revision"] == opened["routing_revision"]  # traffic untouched
-        assert release.stage(1)["status"] == "opened"  # the DAG's retry, once the store is back
+        assert release.stage(2)["status"] == "opened"  # the DAG's retry, once the store is back
         time.sleep(0.5)
     assert report.errors == 0, report.summary()
     _consistent(fresh.settings)

@@ -388,9 +388,7 @@ def test_provisioning_points_grafana_at_the_dashboard_folder():
     provider = safe_load((MONITORING / "grafana/provisioning/dashboards/mlrelease.yaml").read_text())
     [entry] = provider["providers"]
     assert entry["type"] == "file" and entry["options"]["path"].startswith("/")
-    datasources = safe_load(
-        (MONITORING / "grafana/provisioning/datasources/mlrelease-prometheus.yaml").read_text()
-    )
+    datasources = safe_load((MONITORING / "grafana/provisioning/datasources/mlrelease-prometheus.yaml").read_text())
     assert [d["type"] for d in datasources["datasources"]] == ["prometheus"]
 
 

@@ -63,7 +63,7 @@ def rollout_record(home):
             profile="demo",
             plan=load_plan(),
             phase=phase,
-            stage=1,
+            stage=2,
             excluded_cohorts=excluded,
             reason="stage long_tail: guardrails failed for long_tail: p99_latency_ratio 2.3 > 2",
             started_at=END,

@@ -166,7 +166,7 @@ def analysis(stage: int, action: str, verdicts: dict[str, str], share: float) ->
     ]
     return {
         "action": action,
-        "reason": f"stage {stage + 1}: {action}",
+        "reason": f"stage {stage}: {action}",
         "cohorts": [],
         "verdicts": verdicts,
         "results": results,
@@ -183,7 +183,7 @@ def record(events: list[Event], *, phase: str, excluded: tuple[str, ...] = (), r
         profile="demo",
         plan=plan(),
         phase=phase,  # type: ignore[arg-type]
-        stage=2,
+        stage=3,
         excluded_cohorts=excluded,
         reason=reason,
         started_at=T0,
@@ -210,15 +210,15 @@ def write_promoted_run(home: Path) -> None:
     write_shadow(home)
     everyone = {"high_value": "pass", "long_tail": "pass", "core": "pass"}
     events = [
-        Event(at=at(0), kind="stage_opened", stage=0, detail={"candidate_percent": {"high_value": 100.0}}),
-        Event(at=at(20), kind="analysis", stage=0, detail=analysis(0, "advance", {"high_value": "pass"}, 0)),
+        Event(at=at(0), kind="stage_opened", stage=1, detail={"candidate_percent": {"high_value": 100.0}}),
+        Event(at=at(20), kind="analysis", stage=1, detail=analysis(1, "advance", {"high_value": "pass"}, 0)),
         Event(
-            at=at(21), kind="stage_opened", stage=1, detail={"candidate_percent": {"high_value": 100, "long_tail": 100}}
+            at=at(21), kind="stage_opened", stage=2, detail={"candidate_percent": {"high_value": 100, "long_tail": 100}}
         ),
-        Event(at=at(41), kind="analysis", stage=1, detail=analysis(1, "advance", {"long_tail": "pass"}, 0)),
-        Event(at=at(42), kind="stage_opened", stage=2, detail={"candidate_percent": {"*": 95.0}}),
-        Event(at=at(62), kind="analysis", stage=2, detail=analysis(2, "promote", everyone, 0)),
-        Event(at=at(63), kind="promoted", stage=2, detail={"previous_version": 1}),
+        Event(at=at(41), kind="analysis", stage=2, detail=analysis(2, "advance", {"long_tail": "pass"}, 0)),
+        Event(at=at(42), kind="stage_opened", stage=3, detail={"candidate_percent": {"*": 95.0}}),
+        Event(at=at(62), kind="analysis", stage=3, detail=analysis(3, "promote", everyone, 0)),
+        Event(at=at(63), kind="promoted", stage=3, detail={"previous_version": 1}),
     ]
     save_record(home, record(events, phase="promoted", reason="promoted"), archived=True)
     for n, name in enumerate(("high_value", "long_tail", "everyone"), start=1):
@@ -244,7 +244,7 @@ def write_promoted_run(home: Path) -> None:
             rec,
             {
                 "at": at(3 * tick).isoformat(),
-                "stage": 0,
+                "stage": 1,
                 "elapsed_s": 3.0 * tick,
                 "results": [
                     [
@@ -266,18 +266,18 @@ def write_cohort_rollback_run(home: Path) -> None:
     """A run whose long_tail cohort breached in stage 2 and went back to stable; the rest passed, then paused."""
     write_pipeline(home, champion=1)
     write_shadow(home)
-    breach = analysis(1, "rollback_cohort", {"high_value": "pass", "long_tail": "fail"}, 0.2345)
+    breach = analysis(2, "rollback_cohort", {"high_value": "pass", "long_tail": "fail"}, 0.2345)
     events = [
-        Event(at=at(0), kind="stage_opened", stage=0, detail={"candidate_percent": {"high_value": 100.0}}),
-        Event(at=at(20), kind="analysis", stage=0, detail=analysis(0, "advance", {"high_value": "pass"}, 0)),
+        Event(at=at(0), kind="stage_opened", stage=1, detail={"candidate_percent": {"high_value": 100.0}}),
+        Event(at=at(20), kind="analysis", stage=1, detail=analysis(1, "advance", {"high_value": "pass"}, 0)),
         Event(
-            at=at(21), kind="stage_opened", stage=1, detail={"candidate_percent": {"high_value": 100, "long_tail": 100}}
+            at=at(21), kind="stage_opened", stage=2, detail={"candidate_percent": {"high_value": 100, "long_tail": 100}}
         ),
-        Event(at=at(41), kind="analysis", stage=1, detail=breach),
-        Event(at=at(41.5), kind="cohort_rolled_back", stage=1, detail={"cohorts": ["long_tail"], "reason": "x"}),
-        Event(at=at(42), kind="stage_opened", stage=2, detail={"candidate_percent": {"*": 95.0, "long_tail": 0.0}}),
+        Event(at=at(41), kind="analysis", stage=2, detail=breach),
+        Event(at=at(41.5), kind="cohort_rolled_back", stage=2, detail={"cohorts": ["long_tail"], "reason": "x"}),
+        Event(at=at(42), kind="stage_opened", stage=3, detail={"candidate_percent": {"*": 95.0, "long_tail": 0.0}}),
         Event(
-            at=at(62), kind="analysis", stage=2, detail=analysis(2, "pause", {"high_value": "pass", "core": "pass"}, 0)
+            at=at(62), kind="analysis", stage=3, detail=analysis(3, "pause", {"high_value": "pass", "core": "pass"}, 0)
         ),
     ]
     reason = "passed, but long_tail was rolled back: promote by hand"

@@ -193,8 +193,8 @@ def test_one_rollout_at_a_time_and_the_owner_resumes(tmp_path):
     assert first.revision == 1 and store.begin(_record("20261129T020000Z", 2)) == first  # a rerun resumes
     with pytest.raises(RolloutBusy, match="v2 is still being rolled out .* run 20261129T020000Z"):
         store.begin(_record("20261130T020000Z", 3))
-    rolling_back = apply(first, Action(ActionKind.ROLLBACK_ALL, 0, reason="x"), PLAN, T0)
-    done = apply(rolling_back, Action(ActionKind.COMPLETE_ROLLBACK, 0, reason="x"), PLAN, T0)
+    rolling_back = apply(first, Action(ActionKind.ROLLBACK_ALL, 1, reason="x"), PLAN, T0)
+    done = apply(rolling_back, Action(ActionKind.COMPLETE_ROLLBACK, 1, reason="x"), PLAN, T0)
     assert isinstance(done, RolloutRecord) and done.phase is Phase.ROLLED_BACK  # a record in, the next record out
     store.update(lambda current: done)
     assert (tmp_path / "history" / "parcel_eta-v2-20261129T020000Z.json").is_file()  # finished ones are archived

@@ -44,7 +44,7 @@ def _run(verdicts_by_stage, *, profile="demo", max_ticks=50):
         if action.kind is ActionKind.NONE:
             return state, taken
         if action.kind is not ActionKind.WAIT:
-            taken.append((action.kind, PLAN.stages[action.stage].name, action.cohorts))
+            taken.append((action.kind, PLAN.stage(action.stage).name, action.cohorts))
         state = apply(state, action, PLAN, now)
         now += timedelta(seconds=10)
     raise AssertionError(f"no end after {max_ticks} ticks: {state}")
@@ -66,7 +66,7 @@ def test_a_good_candidate_goes_through_every_stage_and_is_promoted():
 
 def test_a_long_tail_breach_rolls_back_that_cohort_only_and_continues():
     tail_fails = {**PASS, "long_tail": Verdict.FAIL}
-    state, taken = _run(lambda stage: tail_fails if stage == 1 else PASS)
+    state, taken = _run(lambda stage: tail_fails if stage == 2 else PASS)
     assert (ActionKind.ROLLBACK_COHORT, "long_tail", ("long_tail",)) in taken
     assert (ActionKind.OPEN_STAGE, "everyone", ()) in taken  # the other cohorts carry on
     assert state.excluded_cohorts == ("long_tail",)
@@ -94,7 +94,7 @@ def test_a_decided_rollback_is_rolling_back_until_completed_and_keeps_its_first_
         resume = next_action(rolling, PLAN, "demo", now + timedelta(seconds=60), verdicts)
         assert resume.kind is ActionKind.COMPLETE_ROLLBACK and resume.reason == rolling.reason
     # a second request (a person, a retry) does not overwrite the first reason
-    again = apply(rolling, Action(ActionKind.ROLLBACK_ALL, 0, reason="manual rollback"), PLAN, now)
+    again = apply(rolling, Action(ActionKind.ROLLBACK_ALL, 1, reason="manual rollback"), PLAN, now)
     assert again == rolling
     done = apply(rolling, resume, PLAN, now)
     assert done.phase is Phase.ROLLED_BACK and done.reason == rolling.reason
@@ -104,7 +104,7 @@ def test_a_decided_rollback_is_rolling_back_until_completed_and_keeps_its_first_
 
 
 def test_a_breach_on_everyone_cannot_be_a_cohort_rollback():
-    state = RolloutState(candidate_version=2, stable_version=1, stage=2, stage_opened_at=T0)
+    state = RolloutState(candidate_version=2, stable_version=1, stage=3, stage_opened_at=T0)
     later = T0 + timedelta(hours=25)
     action = next_action(state, PLAN, "production", later, {**PASS, "core": Verdict.FAIL})
     assert action.kind is ActionKind.ROLLBACK_ALL
@@ -135,7 +135,7 @@ def test_an_open_question_continues_and_an_inconclusive_one_pauses():
 
 
 def test_deciding_is_pure_and_a_rerun_decides_the_same():
-    state = RolloutState(candidate_version=2, stable_version=1, stage=1, stage_opened_at=T0)
+    state = RolloutState(candidate_version=2, stable_version=1, stage=2, stage_opened_at=T0)
     now, verdicts = T0 + timedelta(hours=2), {**PASS, "long_tail": Verdict.FAIL}
     first = next_action(state, PLAN, "production", now, verdicts)
     assert first == next_action(state, PLAN, "production", now, verdicts)
@@ -145,7 +145,7 @@ def test_deciding_is_pure_and_a_rerun_decides_the_same():
 
 
 def test_a_pooled_breach_rolls_everything_back_even_in_a_cohort_rollback_stage():
-    state = RolloutState(candidate_version=2, stable_version=1, stage=1, stage_opened_at=T0)
+    state = RolloutState(candidate_version=2, stable_version=1, stage=2, stage_opened_at=T0)
     action = next_action(
         state, PLAN, "demo", T0 + timedelta(seconds=40), {"*": Verdict.FAIL, "long_tail": Verdict.PASS}
     )
@@ -211,7 +211,7 @@ def stage_one(tmp_path, monkeypatch):
 
 def test_a_rollback_verdict_is_stored_as_rolling_back_before_traffic_moves(stage_one):
     with pytest.raises(GateFailed, match="rolled back v2 to v1"):
-        steps.analyze(None, 0, 2, KEY)
+        steps.analyze(None, 1, 2, KEY)
     record = stage_one.store.read()
     assert stage_one.router.record_said == [Phase.ROLLING_BACK]  # the decision first, then traffic …
     assert record.phase is Phase.ROLLED_BACK and record.finished_at is not None  # … then the record
@@ -223,7 +223,7 @@ def test_a_rollback_verdict_is_stored_as_rolling_back_before_traffic_moves(stage
 def test_a_failed_routing_stays_rolling_back_and_a_retry_finishes_it_with_the_first_reason(stage_one, monkeypatch):
     stage_one.router.failing = "parcel_eta version(s) [1] are not ready on Triton; load them first"
     with pytest.raises(StepError, match="stays rolling back"):
-        steps.analyze(None, 0, 2, KEY)
+        steps.analyze(None, 1, 2, KEY)
     record = stage_one.store.read()
     verdict = record.reason
     assert record.phase is Phase.ROLLING_BACK and record.finished_at is None and record.active
@@ -233,7 +233,7 @@ def test_a_failed_routing_stays_rolling_back_and_a_retry_finishes_it_with_the_fi
     # while it rolls back, no stage opens and nothing is promoted (the version's gates passed: not the question)
     monkeypatch.setattr(stage_step, "checked_gates", lambda *args: None)
     with pytest.raises(GateFailed, match="is being rolled back"):
-        steps.rollout_stage(None, 1, 2, KEY, profile="demo")
+        steps.rollout_stage(None, 2, 2, KEY, profile="demo")
     with pytest.raises(GateFailed, match="cannot be promoted"):
         steps.promote(None, 2, KEY)
     stage_one.router.failing = ""
@@ -253,7 +253,7 @@ def test_a_manual_rollback_whose_routing_failed_is_finished_by_the_next_analyze_
     assert stage_one.store.read().phase is Phase.ROLLING_BACK
     stage_one.router.failing = ""
     with pytest.raises(GateFailed, match="rolled back v2 to v1: abort: wrong model"):
-        steps.analyze(None, 0, 2, KEY)  # resumes the decided rollback instead of judging the stage again
+        steps.analyze(None, 1, 2, KEY)  # resumes the decided rollback instead of judging the stage again
     record = stage_one.store.read()
     assert record.phase is Phase.ROLLED_BACK and record.reason == "abort: wrong model"
     assert [e.kind for e in record.history] == ["rollback_requested", "rolled_back"]

@@ -233,7 +233,7 @@ def evidence_plot(report: ReleaseReport, out: Path) -> str | None:
             if "±" in contract:
                 ax.axhline(-tolerance, color=FAIL, linestyle="--", linewidth=1)
             ax.axvline(decided, color="black", linewidth=1)
-            title = names[stage].name if stage < len(names) else f"stage {stage + 1}"
+            title = names[stage - 1].name if 1 <= stage <= len(names) else f"stage {stage}"
             ax.set_title(f"{title}: {contract}", fontsize=7)
             ax.set_xlabel("s since the stage opened", fontsize=7)
             ax.set_ylabel("% shift" if relative else "pp vs reference", fontsize=7)

@@ -51,10 +51,10 @@ def shares_and_markers(
     markers: list[Marker] = []
     for event in record.history:
         d = event.detail
-        stage_name = record.plan.stages[event.stage].name if event.stage is not None else ""
+        stage_name = record.plan.stage(event.stage).name if event.stage is not None else ""
         if event.kind == "stage_opened":
             current = _resolve(d.get("candidate_percent") or {}, cohorts)
-            markers.append(Marker(event.at, "stage_opened", f"stage {(event.stage or 0) + 1} {stage_name}"))
+            markers.append(Marker(event.at, "stage_opened", f"stage {event.stage} {stage_name}"))
         elif event.kind == "cohort_rolled_back":
             current = {**current, **dict.fromkeys(d.get("cohorts") or [], 0.0)}
             markers.append(Marker(event.at, "cohort_rolled_back", f"rollback {', '.join(d.get('cohorts') or [])}"))
@@ -101,9 +101,9 @@ def stage_analyses(record: RolloutRecord | None, outcomes: dict[str, dict[str, A
         for e in record.history:
             if e.kind != "analysis" or e.stage is None:
                 continue
-            found[e.stage + 1] = StageAnalysis(
-                number=e.stage + 1,
-                name=record.plan.stages[e.stage].name,
+            found[e.stage] = StageAnalysis(
+                number=e.stage,
+                name=record.plan.stage(e.stage).name,
                 opened_at=opened.get(e.stage),
                 analysed_at=e.at,
                 action=str(e.detail.get("action", "")),

@@ -82,7 +82,7 @@ def held_by_open_rollout(settings: Settings, version: int, step: str) -> dict[st
         return None
     return {
         "model_version": version,
-        "status": f"skipped: v{version}'s rollout holds traffic (stage {record.stage + 1}, {record.phase}); its "
+        "status": f"skipped: v{version}'s rollout holds traffic (stage {record.stage}, {record.phase}); its "
         f"gates passed before it opened, so {step} is not repeated",
         "rollout_run_key": record.run_key,
     }

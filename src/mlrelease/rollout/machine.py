@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from mlrelease.rollout.plan import Profile, RolloutPlan
 from mlrelease.verdicts.decide import Verdict
@@ -60,7 +60,7 @@ class RolloutState(BaseModel):
     candidate_version: int
     stable_version: int
     phase: Phase = Phase.STAGE
-    stage: int = 0
+    stage: int = Field(1, ge=1, description="the plan's stage it is at, counted from 1 (as everywhere)")
     stage_opened_at: datetime | None = None
     excluded_cohorts: tuple[str, ...] = ()
     reason: str = ""
@@ -94,7 +94,7 @@ def next_action(
     """
     if state.phase is not Phase.STAGE:
         return _outside_a_stage(state)
-    stage = plan.stages[state.stage]
+    stage = plan.stage(state.stage)
     if state.stage_opened_at is None:
         return Action(ActionKind.OPEN_STAGE, state.stage, reason=f"open stage {stage.name}")
     elapsed = (now - state.stage_opened_at).total_seconds()
@@ -118,7 +118,7 @@ def next_action(
             state.stage,
             reason=f"stage {stage.name}: {open_} not decided yet ({elapsed:.0f}/{maximum:.0f} s)",
         )
-    if state.stage == len(plan.stages) - 1:
+    if state.stage == len(plan.stages):
         if state.excluded_cohorts:  # one champion alias cannot serve some cohorts only: a human decides
             held = ", ".join(state.excluded_cohorts)
             return Action(ActionKind.PAUSE, state.stage, reason=f"passed, but {held} was rolled back: promote by hand")
@@ -137,12 +137,12 @@ def exposure(state: RolloutState, plan: RolloutPlan, profile: Profile, now: date
     """Whether the open stage is past its minimum exposure, and whether it reached its maximum."""
     if state.stage_opened_at is None or state.phase is not Phase.STAGE:
         return False, False
-    stage, elapsed = plan.stages[state.stage], (now - state.stage_opened_at).total_seconds()
+    stage, elapsed = plan.stage(state.stage), (now - state.stage_opened_at).total_seconds()
     return elapsed >= stage.min_exposure_s[profile], elapsed >= stage.max_exposure_s[profile]
 
 
 def _on_breach(state: RolloutState, plan: RolloutPlan, failed: tuple[str, ...]) -> Action:
-    stage = plan.stages[state.stage]
+    stage = plan.stage(state.stage)
     reason = f"stage {stage.name}: guardrails failed for {', '.join(failed)}"
     if stage.on_breach == "pause":
         return Action(ActionKind.PAUSE, state.stage, failed, reason)
@@ -186,7 +186,7 @@ def _after(state: State, action: Action, plan: RolloutPlan, now: datetime) -> St
         return replace(state, stage=state.stage + 1, stage_opened_at=None)
     if kind is ActionKind.ROLLBACK_COHORT:
         excluded = tuple(sorted({*state.excluded_cohorts, *action.cohorts}))
-        if state.stage == len(plan.stages) - 1:  # promotion with a cohort held back needs a human decision
+        if state.stage == len(plan.stages):  # promotion with a cohort held back needs a human decision
             return replace(state, excluded_cohorts=excluded, phase=Phase.PAUSED, reason=action.reason)
         return replace(state, excluded_cohorts=excluded, stage=state.stage + 1, stage_opened_at=None)
     terminal = {ActionKind.PROMOTE: Phase.PROMOTED, ActionKind.PAUSE: Phase.PAUSED}
@@ -201,6 +201,6 @@ def candidate_percent(state: RolloutState, plan: RolloutPlan) -> dict[str, float
         return {}
     if state.phase is Phase.PROMOTED:
         return {"*": 100.0}
-    shares = dict(plan.stages[state.stage].candidate_percent)
+    shares = dict(plan.stage(state.stage).candidate_percent)
     shares.update({cohort: 0.0 for cohort in state.excluded_cohorts})
     return shares

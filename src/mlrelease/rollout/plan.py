@@ -356,6 +356,12 @@ class RolloutPlan(StrictModel):
         if lines:
             raise ValueError("contracts that would only ever be inconclusive:\n" + "\n".join(lines))
 
+    def stage(self, number: int) -> Stage:
+        """Stage `number`, counted from 1 as everywhere a stage is numbered (records, events, steps, screens)."""
+        if not 1 <= number <= len(self.stages):
+            raise IndexError(f"stage {number} is not in the plan (it has {len(self.stages)} stages, from 1)")
+        return self.stages[number - 1]
+
     def unknown_cohorts(self, known: tuple[str, ...]) -> list[str]:
         """The cohorts the plan names (shares, judged cohorts, contracts) that are not in `known` ('*' is always)."""
         named = {c for s in self.stages for c in (*s.candidate_percent, *s.judge)} | {

@@ -37,7 +37,8 @@ class Event(BaseModel):
 
     at: datetime
     kind: str
-    stage: int | None = None
+    # counted from 1, as the record's own stage: a record written when stages counted from 0 is refused, not misread
+    stage: int | None = Field(None, ge=1)
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -151,7 +152,7 @@ class RolloutStore:
             if current is not None and current.active:
                 raise RolloutBusy(
                     f"{current.model} v{current.candidate_version} is still being rolled out (phase "
-                    f"{current.phase}, stage {current.stage + 1}, run {current.run_key}); one rollout at a "
+                    f"{current.phase}, stage {current.stage}, run {current.run_key}); one rollout at a "
                     "time: finish, promote or abort it first (`mlrelease rollout status`)"
                 )
             return proposed

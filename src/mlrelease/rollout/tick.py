@@ -43,7 +43,7 @@ def look(
     exposed_enough, final = exposure(state, plan, profile, now)
     before = baseline_window(state, plan, profile)
     analysis = analyze_stage(
-        plan.stages[state.stage],
+        plan.stage(state.stage),
         cohorts,
         source,
         candidate=state.candidate_version,

@@ -58,8 +58,8 @@ def analyze(
         raise GateFailed(f"rolled back v{version} to v{record.stable_version}: {record.reason}")
     check_position(record, stage)
     if record.stage_opened_at is None:
-        raise StepError(f"stage {stage + 1} was never opened: run rollout-stage --stage {stage + 1} first")
-    every = record.plan.stages[stage].check_every_s[record.profile]
+        raise StepError(f"stage {stage} was never opened: run rollout-stage --stage {stage} first")
+    every = record.plan.stage(stage).check_every_s[record.profile]
     while True:
         action, analysis, now = _tick(ctx, record, stage)
         if action.kind is not ActionKind.WAIT:
@@ -133,7 +133,7 @@ def _act(
 def _diagnose_all(
     settings: Settings, ctx: RolloutContext, record: RolloutRecord, stage: int, cohorts: tuple[str, ...]
 ) -> dict[str, Any]:
-    if not record.plan.stages[stage].diagnose:
+    if not record.plan.stage(stage).diagnose:
         return {}
     from mlrelease.steps.diagnose import diagnose
 

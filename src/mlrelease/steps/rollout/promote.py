@@ -41,7 +41,7 @@ def promote(
     overridden = checked_gates(ctx, version, "promote", override_gates)
     if overridden is not None:
         record = ctx.record_update(record, record.with_event("gates_overridden", now_utc(), record.stage, **overridden))
-    last = len(record.plan.stages) - 1
+    last = len(record.plan.stages)
     passed = [e for e in record.history if e.kind == "analysis" and e.stage == last and e.detail["action"] == "promote"]
     if not passed and not (by_hand and record.phase is Phase.PAUSED):
         raise StepError(f"v{version} has not passed the last stage's analysis: refusing to promote an unchecked model")

@@ -19,18 +19,18 @@ from mlrelease.settings import Settings
 
 
 def stage_result(record: RolloutRecord, stage: int) -> dict[str, Any]:
-    """What a stage step reports: the stage (one-based), when it opened and when its first analysis is due."""
+    """What a stage step reports: the stage, when it opened and when its first analysis is due."""
     opened = next(
         (e.at for e in record.history if e.kind == "stage_opened" and e.stage == stage), record.stage_opened_at
     )
-    spec = record.plan.stages[stage]
+    spec = record.plan.stage(stage)
     # The first look comes one check interval after the stage opened: a fail acts at once, a pass waits for
     # the minimum exposure (the analysis decides; the DAG only defers between its ticks).
     analyze_at = opened + timedelta(seconds=spec.check_every_s[record.profile]) if opened else None
     return {
         "model_version": record.candidate_version,
         "stable_version": record.stable_version,
-        "stage": stage + 1,
+        "stage": stage,
         "stage_name": spec.name,
         "phase": str(record.phase),
         "opened_at": iso(opened),
@@ -77,8 +77,8 @@ def _skip_champion(ctx: RolloutContext, version: int) -> int:
 
 def check_position(record: RolloutRecord, stage: int) -> None:
     """Refuse a step for a stage the plan does not have, or that the rollout has not reached or is past."""
-    if not 0 <= stage < len(record.plan.stages):
-        raise StepError(f"--stage {stage + 1} is not in the plan (it has {len(record.plan.stages)} stages)")
+    if not 1 <= stage <= len(record.plan.stages):
+        raise StepError(f"--stage {stage} is not in the plan (it has {len(record.plan.stages)} stages)")
     if record.phase is Phase.ROLLED_BACK:
         raise GateFailed(f"the rollout of v{record.candidate_version} was rolled back: {record.reason}")
     if record.phase is Phase.ROLLING_BACK:
@@ -90,8 +90,8 @@ def check_position(record: RolloutRecord, stage: int) -> None:
         raise Skipped(f"the rollout of v{record.candidate_version} is paused for a human: {record.reason}")
     if record.stage < stage:
         raise StepError(
-            f"stage {stage + 1} is not reached: the rollout is at stage {record.stage + 1} "
-            f"({record.plan.stages[record.stage].name}); analyze that stage first"
+            f"stage {stage} is not reached: the rollout is at stage {record.stage} "
+            f"({record.plan.stage(record.stage).name}); analyze that stage first"
         )
 
 
@@ -113,10 +113,10 @@ def rollout_stage(
         _skip_champion(ctx, version)
     overridden = checked_gates(ctx, version, "rollout-stage", override_gates)  # before any record or traffic moves
     record = (
-        _begin(ctx, version, run_key, profile, plan_path, wired_stages) if stage == 0 else ctx.owned(run_key, version)
+        _begin(ctx, version, run_key, profile, plan_path, wired_stages) if stage == 1 else ctx.owned(run_key, version)
     )
     if record.phase is Phase.PROMOTED or record.stage > stage:
-        return {**stage_result(record, min(stage, len(record.plan.stages) - 1)), "status": "already opened"}
+        return {**stage_result(record, min(stage, len(record.plan.stages))), "status": "already opened"}
     check_position(record, stage)
     now = now_utc()
     action = next_action(record, record.plan, record.profile, now, None)
