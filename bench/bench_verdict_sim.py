@@ -268,7 +268,7 @@ class ReplicaGuards:
                 return
             if arm == traffic.CANDIDATE_ARM and outcome != NAN:
                 for other in range(len(rows)):  # the others' state at this moment: their successes up to it
-                    if other != replica and self.guards[other].clean_run[0] > 0:
+                    if other != replica and self.guards[other].clean_run[0] != 0:  # in a run, or unseen yet
                         advance(other, int(np.searchsorted(calls.t[rows[other]], when)))
                 if _pooled_trip(self.guards, replica, when):
                     self.tripped_at = when
@@ -584,7 +584,7 @@ class TickGuards:
         if arm != traffic.CANDIDATE_ARM or outcome == NAN or self.guards[replica].clean_run[0] < 1:
             return False
         for other, feed in enumerate(self.feeds):  # the others' runs at this moment: their successes up to it
-            if other != replica and feed.guard.clean_run[0] > 0:
+            if other != replica and feed.guard.clean_run[0] != 0:  # in a run, or its first calls unfed
                 feed.advance(when, rng)
         return _pooled_trip(self.guards, replica, when)
 

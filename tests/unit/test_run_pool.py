@@ -11,7 +11,7 @@ import numpy as np
 from mlrelease.gateway.config import DEFAULT_CONFIG, load_config
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import ModelAnswer, ModelFailure
-from mlrelease.gateway.run_pool import pooled_run
+from mlrelease.gateway.run_pool import RunReporter, pooled_run
 from mlrelease.gateway.service import PredictService, _Call
 from mlrelease.gateway.split_guard import SplitGuard
 
@@ -19,14 +19,15 @@ CANDIDATE, STABLE = 2, 1
 NOW = 100.0
 
 
-def test_runs_pool_only_while_every_live_replica_is_in_one_and_stable_answered_somewhere():
-    in_runs = {"a": (3, True, NOW), "b": (2, False, NOW), "c": (2, False, NOW - 1)}
+def test_runs_pool_only_while_every_live_replica_is_in_one_with_stable_answering_there():
+    in_runs = {"a": (3, True, NOW), "b": (2, True, NOW), "c": (2, True, NOW - 1)}
     assert pooled_run(in_runs, NOW, live_s=3) == 7
     assert pooled_run({**in_runs, "d": (0, False, NOW)}, NOW, live_s=3) == 0  # d answers the candidate
     assert pooled_run({**in_runs, "d": (0, False, NOW - 10)}, NOW, live_s=3) == 7  # d is gone: silent 10 s
     assert pooled_run({**in_runs, "d": (-1, False, NOW)}, NOW, live_s=3) == 7  # d never called the candidate
-    no_stable = {name: (run, False, at) for name, (run, _, at) in in_runs.items()}
-    assert pooled_run(no_stable, NOW, live_s=3) == 0  # stable answered nowhere: maybe an outage of both
+    # stable did not answer on c during its run (it failed there, or rests behind its breaker): c's run may be an
+    # outage of c's own, not the candidate's, and adds up with nothing
+    assert pooled_run({**in_runs, "c": (20, False, NOW)}, NOW, live_s=3) == 0
     assert pooled_run({}, NOW, live_s=3) == 0
 
 
@@ -64,9 +65,17 @@ class _MemoryPool:
 
 
 class _Router:
+    """A replica's routing state with a candidate in it (no trip stored yet), and the trips it was asked for."""
+
     def __init__(self) -> None:
-        self.state = SimpleNamespace(candidate_version=CANDIDATE, stable_version=STABLE)
+        self.state = SimpleNamespace(
+            candidate_version=CANDIDATE, stable_version=STABLE, is_tripped=lambda version: False
+        )
         self.trips: list[tuple[int, str]] = []
+
+    @property
+    def locally_tripped(self) -> frozenset[int]:
+        return frozenset(version for version, _ in self.trips)
 
     def trip(self, version: int, reason: str) -> None:
         self.trips.append((version, reason))
@@ -142,3 +151,61 @@ def test_runs_on_two_replicas_while_the_third_answers_the_candidate_never_trip_a
     assert all(not r.trips for r in asyncio.run(scenario(third_answers=True)))
     # the same failures while the third replica never called the candidate are back to back: they trip it
     assert any(r.trips for r in asyncio.run(scenario(third_answers=False)))
+
+
+def test_a_tripped_candidate_leaves_the_pool_so_its_frozen_runs_never_trip_it_again():
+    """Once a trip moved the traffic, no replica calls the candidate: each heartbeats -1 instead of the run it froze
+    at, and a late pooled answer for a tripped version (or one no longer the candidate) trips nothing more."""
+
+    async def broken_candidate(version: int, row: Any, timeout_s: float, role: str) -> ModelAnswer:
+        if role == "candidate":
+            raise ModelFailure("error", f"version {version}: HTTP 500")
+        return ModelAnswer(10.0, 0.9)
+
+    async def scenario() -> tuple[list[PredictService], list[_Router], _MemoryPool]:
+        services, routers = _replicas(3, broken_candidate)
+        pool = services[0].reporter.pool  # type: ignore[union-attr]
+        calls = 0
+        while not any(r.trips for r in routers):
+            service = services[calls % 3]
+            calls += 1
+            await _call(service, CANDIDATE, candidate=True)
+            await _call(service, STABLE, candidate=False)
+        for router in routers:  # the stored trip adopted by every replica (what the routing refresh does)
+            router.state.is_tripped = lambda version: version == CANDIDATE
+        for service in services:
+            service.heartbeat()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        services[1]._pooled(CANDIDATE, 50)  # noqa: SLF001  (a late answer to an earlier write)
+        return services, routers, pool  # type: ignore[return-value]
+
+    services, routers, pool = asyncio.run(scenario())
+    assert sum(len(r.trips) for r in routers) == 1  # one trip, one alert: not one per replica
+    assert {run for run, _, _ in pool.runs.values()} == {-1}
+    assert all(CANDIDATE not in s._guards for s in services)  # noqa: SLF001  (a reset starts from a fresh run)
+
+
+def test_the_reporter_tries_a_failed_write_once_more_and_dedups_on_what_it_sent():
+    class _Flaky(_MemoryPool):
+        def __init__(self) -> None:
+            super().__init__()
+            self.failures = 1
+
+        async def report(self, candidate: int, replica: str, run: int, answered: bool) -> int:
+            if self.failures:
+                self.failures -= 1
+                raise ConnectionError("Redis blinked")
+            return await super().report(candidate, replica, run, answered)
+
+    pooled: list[int] = []
+
+    async def scenario() -> _Flaky:
+        pool = _Flaky()
+        reporter = RunReporter(pool, "r0", lambda candidate, run: pooled.append(run))
+        reporter.update(CANDIDATE, 0, False)  # the success that ended a run: its write must not be lost
+        await reporter.close()
+        return pool
+
+    pool = asyncio.run(scenario())
+    assert pool.runs["r0"][:2] == (0, False) and pooled == [0]

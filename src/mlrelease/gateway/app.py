@@ -155,7 +155,10 @@ def _lifespan(
             with_features=settings_log.features,
             retention_hours=settings_log.retention_hours,
         )
-        pool = open_run_pool(config.state_url(settings), config.model, config.guard.pool_heartbeat_s)
+        guard = config.guard
+        pool = (
+            open_run_pool(config.state_url(settings), config.model, guard.pool_heartbeat_s) if guard.pool_runs else None
+        )
         service = PredictService(config, lookup, model, router, metrics, decisions, batcher, pool)
         app.state.service = service
         await router.refresh()

@@ -97,6 +97,12 @@ class GuardConfig(StrictModel):
         "a run weighs once per this many failures, and a candidate run 2 longer (while stable answers) trips it, on "
         "one replica or pooled across the replicas (gateway/run_pool.py)",
     )
+    pool_runs: bool = Field(
+        True,
+        description="with a Redis routing state, pool the candidate's failure runs across the replicas "
+        "(gateway/run_pool.py): a candidate failing every call is stopped at the fleet's pace; off, each replica "
+        "decides alone",
+    )
     pool_heartbeat_s: float = Field(
         1.0,
         gt=0,

@@ -17,12 +17,23 @@ class RedisRunPool:
     :param live_s: how long a replica's last write keeps it in the pool.
     """
 
+    # ARGV: replica, "<run> <answered>", the hash's expiry (s), how long a silent replica's field is kept (s)
     _SCRIPT = """
 local t = redis.call('TIME')
 local now = tostring(t[1]) .. '.' .. string.format('%06d', tonumber(t[2]))
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. now)  -- ARGV[2]: "<run> <answered>"
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. now)
 redis.call('EXPIRE', KEYS[1], ARGV[3])
-return {now, redis.call('HGETALL', KEYS[1])}
+local all = redis.call('HGETALL', KEYS[1])
+local kept = {}
+for i = 1, #all, 2 do
+  if tonumber(t[1]) - tonumber(string.match(all[i + 1], '(%S+)$')) > tonumber(ARGV[4]) then
+    redis.call('HDEL', KEYS[1], all[i])  -- a replica gone for good (restarted, scaled in)
+  else
+    kept[#kept + 1] = all[i]
+    kept[#kept + 1] = all[i + 1]
+  end
+end
+return {now, kept}
 """
 
     def __init__(self, url: str, model: str, live_s: float, timeout_s: float = 0.5) -> None:
@@ -34,12 +45,15 @@ return {now, redis.call('HGETALL', KEYS[1])}
     async def report(self, candidate: int, replica: str, run: int, answered: bool) -> int:
         """Store this replica's run; the pooled run (see `pooled_run`)."""
         keep_s = max(3600, int(self.live_s * 10))  # a finished candidate's hash goes away on its own
+        forget_s = int(self.live_s * 10) + 1
         value = f"{run} {int(answered)}"
-        now, flat = await self._script(keys=[f"{self._prefix}:{candidate}"], args=[replica, value, keep_s])
+        key = f"{self._prefix}:{candidate}"
+        now, flat = await self._script(keys=[key], args=[replica, value, keep_s, forget_s])
         runs = {}
         for field, stored in zip(flat[::2], flat[1::2], strict=True):
-            count, stable_answered, at = stored.split()
-            runs[field] = (int(count), stable_answered == b"1", float(at))
+            text = stored.decode() if isinstance(stored, bytes) else stored  # a URL may ask for decoded replies
+            count, stable_answered, at = text.split()
+            runs[field] = (int(count), stable_answered == "1", float(at))
         return pooled_run(runs, float(now), self.live_s)
 
     async def close(self) -> None:

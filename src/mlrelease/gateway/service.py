@@ -72,7 +72,6 @@ class PredictService:
         self._guards: dict[int, SplitGuard] = {}
         self._version_series: dict[int, tuple[Any, Any]] = {}
         self.reporter = RunReporter(pool, replica, self._pooled) if pool is not None else None
-        self._reported: dict[int, tuple[int, bool]] = {}  # the run last handed to the pool, per candidate
 
     def breaker(self, version: int) -> CircuitBreaker:
         """The version's circuit breaker (created on first use)."""
@@ -208,8 +207,7 @@ class PredictService:
             tripped = guard.observe("candidate" if candidate else "stable", failed is not None, call=call)
         if tripped:
             self.router.trip(state.candidate_version, f"{guard.describe()}; last: {reason}")
-        elif self.reporter is not None and guard.clean_run != self._reported.get(state.candidate_version, (-1, False)):
-            self._reported[state.candidate_version] = guard.clean_run
+        elif self.reporter is not None and self.reporter.latest() != (state.candidate_version, *guard.clean_run):
             self.reporter.update(state.candidate_version, *guard.clean_run)
 
     def heartbeat(self) -> None:
@@ -217,12 +215,25 @@ class PredictService:
         state = self.router.state
         if self.reporter is None or state is None or state.candidate_version is None:
             return
-        guard = self._guards.get(state.candidate_version)
-        self.reporter.update(state.candidate_version, *(guard.clean_run if guard else (-1, False)), force=True)
+        candidate = state.candidate_version
+        if self._tripped(candidate):  # out of service: no calls, so no run (a frozen one would re-trip it later)
+            self._guards.pop(candidate, None)
+            self.reporter.update(candidate, -1, False, force=True)
+            return
+        guard = self._guards.get(candidate)
+        self.reporter.update(candidate, *(guard.clean_run if guard else (-1, False)), force=True)
+
+    def _tripped(self, version: int) -> bool:
+        """Whether `version` is out of service: tripped here, or by a replica whose trip the routing state holds."""
+        state = self.router.state
+        return version in self.router.locally_tripped or (state is not None and state.is_tripped(version))
 
     def _pooled(self, candidate: int, pooled: int) -> None:
         """The pool's answer to a write: trip the candidate when the replicas' runs add up to a run no healthy
-        version shows."""
+        version shows (not a version that is no longer the candidate, nor one tripped already)."""
+        state = self.router.state
+        if state is None or state.candidate_version != candidate or self._tripped(candidate):
+            return
         guard = self._guards.get(candidate)
         if guard is not None and guard.pooled_trip(pooled):
             self.router.trip(candidate, guard.describe())
