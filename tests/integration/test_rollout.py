@@ -454,7 +454,7 @@ def _traffic_then(fresh, gateway, bodies, run) -> Any:
 
 def test_nan_on_a_few_percent_of_the_long_tail_rolls_back_that_cohort_only(fresh, gateway, bodies):
     release = Release(fresh, NAN_FEW_LONG_TAIL)
-    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: [release.wait_and_analyze(n) for n in range(2)])
+    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: [release.wait_and_analyze(n) for n in range(1, 3)])
     assert report.errors == 0, report.summary()
     assert isinstance(outcome, list), outcome
     first, second = outcome
@@ -478,7 +478,7 @@ def test_nan_on_a_few_percent_of_the_long_tail_rolls_back_that_cohort_only(fresh
 
 def test_low_confidence_on_the_long_tail_is_caught_at_its_stage_and_diagnosed(fresh, gateway, bodies):
     release = Release(fresh, LOW_CONFIDENCE_LONG_TAIL)
-    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: [release.wait_and_analyze(n) for n in range(2)])
+    outcome, report = _traffic_then(fresh, gateway, bodies, lambda: [release.wait_and_analyze(n) for n in range(1, 3)])
     assert report.errors == 0, report.summary()
     assert isinstance(outcome, list), outcome
     first, second = outcome
