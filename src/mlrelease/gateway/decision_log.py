@@ -9,7 +9,8 @@ A record: `t` (unix seconds), `cohort`, `version` (the version that answered), `
 candidate), `assigned` (the version the request's user is assigned to: the arm every contract judges it in),
 `unit` (a hash of the user: the unit of analysis), `retry` (true on stable's call that answers a candidate-assigned
 request whose candidate call failed), `w` (the record's weight: 1 / sample rate for a sampled success, 1 for a
-failure, which is always recorded), `outcome` (ok or the failure kind: error, timeout, nan, out_of_range),
+failure, which is always recorded), `outcome` (ok or the failure kind: error, timeout, nan, out_of_range; or
+unavailable: no call was made, stable's breaker was open and the rule answered),
 `latency_s` of the Triton call, `key` (a CRC-32 of the encoded row: requests with the same inputs share it),
 `eta`, `confidence` (ok only) and, when enabled, `features` (the encoded row).
 """

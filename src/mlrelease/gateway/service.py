@@ -139,8 +139,11 @@ class PredictService:
             if answer is None:  # the client never sees a candidate failure: answer from stable instead
                 version = state.stable_version
                 call = call.retried()
-        if answer is None and self.breaker(version).allow():
-            answer = await self._call(version, row, call, self.config.guard.stable_timeout_ms, candidate=False)
+        if answer is None:
+            if self.breaker(version).allow():
+                answer = await self._call(version, row, call, self.config.guard.stable_timeout_ms, candidate=False)
+            else:  # stable rests: the outage finder must see these users served no model, as the candidate's are not
+                self._decided(call, version, "stable", "unavailable", 0.0, row)
         if answer is None:
             eta, served, source = rule_eta(self.config.fallback, features), None, "fallback_rule"
             confidence = self.config.fallback.confidence

@@ -149,6 +149,8 @@ def served_shares(
     width = span / SERVED_BUCKETS
     calls: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
     for r in records:
+        if r.get("outcome") == "unavailable":  # no model answered it (stable's breaker was open): not a call
+            continue
         bucket = min(int((r["t"] - start) / width), SERVED_BUCKETS - 1)
         counts = calls[(str(r.get("cohort")), bucket)]
         counts[0] += 1

@@ -38,6 +38,11 @@ def summarize(records: list[dict[str, Any]]) -> CohortWindow:
     )
 
 
+def _model_call(record: dict[str, Any]) -> bool:
+    """False for a stable-assigned request the rule answered while stable's breaker was open (no call was made)."""
+    return record["outcome"] != "unavailable"
+
+
 def _assigned(record: dict[str, Any]) -> int:
     return int(record.get("assigned", record["version"]))
 
@@ -59,7 +64,7 @@ class DecisionLogSource:
         cut = [(a.timestamp(), b.timestamp()) for a, b in exclude]
         groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         for record in self._reader.read(since, until):
-            if any(a <= record["t"] < b for a, b in cut):
+            if not _model_call(record) or any(a <= record["t"] < b for a, b in cut):
                 continue
             arm = _assigned(record)
             groups[(record["cohort"], arm)].append(record)
@@ -67,13 +72,14 @@ class DecisionLogSource:
         return {key: summarize(records) for key, records in groups.items()}
 
     def timeline(self, since: datetime, until: datetime, stable: int) -> CallTimeline:
-        """Per second: every model call, the requests assigned to `stable` and those whose stable call failed."""
+        """Per second: every model call, the requests assigned to `stable` and those whose stable call failed (or
+        was not made: its breaker was open)."""
         records = self._reader.read(since, until)
         first_calls = [r for r in records if not r.get("retry") and _assigned(r) == stable]
         return CallTimeline.from_times(
             since,
             until,
-            calls=[r["t"] for r in records],
+            calls=[r["t"] for r in records if _model_call(r)],
             stable_requests=[r["t"] for r in first_calls],
             stable_weights=[r.get("w", 1.0) for r in first_calls],
             stable_failures=[r["t"] for r in first_calls if OUTCOME_CODES[r["outcome"]] in SERVING_FAILURES],
@@ -84,6 +90,6 @@ class DecisionLogSource:
         rows = [
             r["features"]
             for r in self._reader.read(since, until)
-            if r["cohort"] == cohort and len(r.get("features") or ()) == len(FEATURES)
+            if r["cohort"] == cohort and _model_call(r) and len(r.get("features") or ()) == len(FEATURES)
         ]
         return np.asarray(rows, dtype=np.float64).reshape(-1, len(FEATURES))

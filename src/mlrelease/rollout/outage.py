@@ -5,11 +5,11 @@ A stage judges the candidate against stable's requests of the same window. When 
 fault: that stretch says nothing about the candidate, so it is *cut out* of the judged window (the contracts read
 the rest), and only an outage still going on when the analysis looks holds a pass back. Two kinds of evidence:
 
-- `stable_failed`: in one slice of `max_gap_s` seconds, stable-assigned requests failed (errors, timeouts) at a rate
-  far above stable's own rate over the window: at least `MIN_STABLE_FAILURES` failures and a share of the slice's
-  stable requests of at least `max(OUTAGE_SHARE, OUTAGE_FACTOR × stable's window rate)`. Relative to stable and to
-  its traffic: a stable that fails 1 in 10,000 calls, in bursts of a few, is ordinary production, not an outage,
-  however long the stage.
+- `stable_failed`: in one slice of `max_gap_s` seconds, stable-assigned requests failed (errors, timeouts, or no call
+  at all: stable's breaker rested it) at a rate far above stable's own: at least `MIN_STABLE_FAILURES` failures and
+  a share of the slice's stable requests of at least `max(OUTAGE_SHARE, OUTAGE_FACTOR × stable's rate in the slices
+  below OUTAGE_SHARE)`. Relative to stable and to its traffic: a stable that fails 1 in 10,000 calls, in bursts of a
+  few, is ordinary production, not an outage, however long the stage.
 - `no_calls`: no model call at all (any arm, any cohort) for longer than `max_gap_s`, including a silence at the
   window's end (an outage still going on).
 """
@@ -115,10 +115,12 @@ def _stable_failed(timeline: CallTimeline, max_gap_s: float) -> list[Outage]:
     slices = np.arange(seconds) // width
     requests = np.bincount(slices, weights=timeline.stable_requests)
     failures = np.bincount(slices, weights=timeline.stable_failures)
-    # A slice is judged against the rest of the window's rate, so one long outage cannot raise its own bar.
-    rest = (failures.sum() - failures) / np.maximum(requests.sum() - requests, 1.0)
+    # A slice is judged against stable's rate in the slices that are not down on their face (under OUTAGE_SHARE), so
+    # an outage spanning several slices cannot raise its own bar.
     share = failures / np.maximum(requests, 1.0)
-    down = (failures >= MIN_STABLE_FAILURES) & (share >= np.maximum(OUTAGE_SHARE, OUTAGE_FACTOR * rest))
+    calm = share < OUTAGE_SHARE
+    baseline = failures[calm].sum() / max(requests[calm].sum(), 1.0)
+    down = (failures >= MIN_STABLE_FAILURES) & (share >= max(OUTAGE_SHARE, OUTAGE_FACTOR * baseline))
     outages = []
     for first, last in _runs(np.flatnonzero(down)):
         begin, end = first * width, min((last + 1) * width, seconds)
