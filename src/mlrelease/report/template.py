@@ -156,7 +156,7 @@ code{font-size:.85rem;background:#f4f4f4;padding:0 .2rem}
 <td class="num">{{ num(sh.latency_ratio, 3) }}{% if sh.latency_ratio_band %} (band {{ num(sh.latency_ratio_band[0], 3) }} &hellip; {{ num(sh.latency_ratio_band[1], 3) }}){% endif %}</td>
 <td class="num">{% if sh.latency_tolerance is not none %}&le; {{ num(1 + sh.latency_tolerance, 2) }}{% endif %}
 <span class="{{ sh.latency_verdict }}">{{ sh.latency_verdict }}</span></td></tr>
-{% if sh.tail_quantile is not none %}<tr><td>share slower than stable's p{{ num(sh.tail_quantile * 100, 0) }} (candidate &minus; stable, same pairs)</td>
+{% if sh.tail_quantile is not none %}<tr><td>tail: share slower than{% if sh.latency_tolerance is not none %} {{ num(1 + sh.latency_tolerance, 2) }}&times;{% endif %} stable's p{{ num(sh.tail_quantile * 100, 0) }} (candidate) &minus; beyond its p{{ num(sh.tail_quantile * 100, 0) }} (stable), same pairs</td>
 <td class="num">{{ num(sh.tail_share_diff * 100, 2) }} pp{% if sh.tail_band %} (band {{ num(sh.tail_band[0] * 100, 2) }} &hellip; {{ num(sh.tail_band[1] * 100, 2) }}){% endif %}</td>
 <td class="num">&le; +{{ num(sh.tail_tolerance * 100, 1) }} pp <span class="{{ sh.tail_verdict }}">{{ sh.tail_verdict }}</span></td></tr>{% endif %}
 {% for v, ms in sh.median_latency_ms.items() %}<tr><td>median latency v{{ v }}</td><td class="num">{{ num(ms, 3) }} ms</td><td></td></tr>

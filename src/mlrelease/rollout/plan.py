@@ -201,7 +201,10 @@ class ShadowSpec(StrictModel):
     )
     latency_alpha: float = Field(0.001, gt=0, le=MAX_ALPHA, description="α of the mean test, and of the tail test")
     latency_tail_quantile: float = Field(
-        0.95, gt=0.5, lt=1, description="the tail test counts the pairs slower than stable's quantile"
+        0.95,
+        gt=0.5,
+        lt=1,
+        description="the tail starts at stable's quantile (× 1 + latency_tolerance for candidate calls)",
     )
     latency_tail_tolerance: float = Field(
         0.05, gt=0, le=1, description="the candidate's share beyond it may exceed stable's by this much (absolute)"

@@ -101,9 +101,10 @@ def latency_verdict(
     the mean log ratio (the geometric-mean latency ratio) is checked after every block of pairs: fail when it
     lies above log(1 + tolerance), pass when below, otherwise more pairs, up to `latency_max_pairs`. The
     whole distribution decides, not one noisy quantile. Beside it, the tail: per pair, whether the candidate's call
-    and whether stable's call were slower than stable's `latency_tail_quantile` of the pairs so far; the CS on the
-    mean difference of those indicators must lie within `latency_tail_tolerance` (a candidate fast on average but
-    slow one call in ten fails it). Pairs are added until both are decided.
+    was slower than (1 + tolerance) × stable's `latency_tail_quantile` of the pairs so far, and whether stable's call
+    was slower than that quantile; the CS on the mean difference of those indicators must lie within
+    `latency_tail_tolerance` (a candidate fast on average but slow one call in five fails it). Pairs are added until
+    both are decided.
     """
     candidate, stable = versions
     tolerance = math.log1p(spec.latency_tolerance)
@@ -155,9 +156,16 @@ def latency_verdict(
 
 
 def tail_band(candidate_s: np.ndarray, stable_s: np.ndarray, spec: ShadowSpec) -> Band:
-    """CS on (candidate − stable) share of paired calls slower than stable's `latency_tail_quantile`."""
+    """CS on the candidate's share of calls beyond the tolerated tail minus stable's share beyond its own.
+
+    Stable's tail starts at its `latency_tail_quantile` q; the candidate's at q × (1 + `latency_tolerance`), the
+    slowdown the mean test already allows. Without that scaling a uniform slowdown well inside the tolerance moved
+    many calls past q when latencies are tight (a same-speed candidate measured 7 % slower here counted as a tail
+    regression); with it, only calls slower than stable's tail by more than the tolerance count against it.
+    """
     bound = float(np.quantile(stable_s, spec.latency_tail_quantile))
-    slower = (candidate_s > bound).astype(float) - (stable_s > bound).astype(float)
+    tolerated = bound * (1.0 + spec.latency_tolerance)
+    slower = (candidate_s > tolerated).astype(float) - (stable_s > bound).astype(float)
     return mean_level(slower, 0.0, alpha=spec.latency_alpha, tuned_at=spec.latency_min_pairs)
 
 
@@ -249,7 +257,8 @@ def breaches(report: dict[str, Any], spec: ShadowSpec) -> list[str]:
         q = f"p{report['latency_tail_quantile'] * 100:g}"
         found.append(
             f"latency tail {shown} +{spec.latency_tail_tolerance * 100:g} pp: the share of calls slower than "
-            f"stable's {q} differs by {report['latency_tail_diff'] * 100:+.2f} pp (band {low * 100:+.2f} … "
+            f"{1 + spec.latency_tolerance:g}× stable's {q} differs from stable's share beyond its {q} by "
+            f"{report['latency_tail_diff'] * 100:+.2f} pp (band {low * 100:+.2f} … "
             f"{high * 100:+.2f} pp, {report['latency_pairs']} interleaved pairs)"
         )
     return found
