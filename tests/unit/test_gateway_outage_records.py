@@ -17,7 +17,7 @@ from mlrelease.gateway.api_models import PredictRequest, SuppliedFeatures
 from mlrelease.gateway.config import DEFAULT_CONFIG, load_config
 from mlrelease.gateway.decision_log import DecisionLog
 from mlrelease.gateway.metrics import GatewayMetrics
-from mlrelease.gateway.model_client import ModelFailure
+from mlrelease.gateway.model_client import ModelAnswer, ModelFailure
 from mlrelease.gateway.routing_state import RoutingState, choose
 from mlrelease.gateway.service import PredictService
 from mlrelease.rollout.decision_log_source import DecisionLogSource
@@ -152,3 +152,29 @@ def test_no_contract_reads_the_unavailable_records(tmp_path):
     assert windows[("*", STABLE)].requests == 35 * 20 + 3  # the calls made: 3 failed, then 35 s of answers
     assert windows[("*", STABLE)].total("failed") == 3
     assert source.timeline(since, until, STABLE).calls.sum() == 40 * 20 * 2 - 5 * 20 + 3
+
+
+def test_the_candidate_is_not_tripped_by_an_outage_stable_rests_through(tmp_path):
+    """Both versions down: each request stable's breaker turns away is a stable failure for the relative guard too.
+    Before, only the candidate's calls kept failing while stable rested, and the guard took a healthy candidate
+    out of service on a crash both versions shared (the Triton-kill drill rolled it back)."""
+    router = _Router()
+    down = False
+
+    async def triton(version: int, row: Any, timeout_s: float, role: str) -> Any:
+        if down:
+            raise ModelFailure("error", f"version {version}: connection refused")
+        return ModelAnswer(20.0, 0.9)
+
+    model = SimpleNamespace(predict=triton)
+    config = load_config(DEFAULT_CONFIG)
+    service = PredictService(config, None, model, router, GatewayMetrics(), DecisionLog(tmp_path))  # type: ignore[arg-type]
+
+    async def requests(first: int, n: int) -> None:
+        for i in range(first, first + n):
+            await service.predict(PredictRequest(order_id=i, user_id=i, package_id=i, route_id=i, features=FEATURES))
+
+    asyncio.run(requests(1, 2000))  # healthy traffic first: the guard learns the arms' shares
+    down = True
+    asyncio.run(requests(2001, 400))
+    assert router.locally_tripped == frozenset(), service.guard(CANDIDATE).describe()

@@ -144,6 +144,9 @@ class PredictService:
                 answer = await self._call(version, row, call, self.config.guard.stable_timeout_ms, candidate=False)
             else:  # stable rests: the outage finder must see these users served no model, as the candidate's are not
                 self._decided(call, version, "stable", "unavailable", 0.0, row)
+                # …and so must the candidate's guard: its calls still fail in these seconds while stable makes none,
+                # and a crash both versions share would read as the candidate's alone
+                self._guarded(False, failed="unavailable", reason="stable rests behind its breaker")
         if answer is None:
             eta, served, source = rule_eta(self.config.fallback, features), None, "fallback_rule"
             confidence = self.config.fallback.confidence
