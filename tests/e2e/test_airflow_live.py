@@ -13,17 +13,20 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 import requests
+import yaml
 
+from mlrelease.data.generate import generate
 from mlrelease.summary import DATA_DOCS, TASK_ORDER
 from mlrelease.timewindow import run_key
-from tests.conftest import REPO, WINDOW_END, WINDOW_START, Receiver, free_port
+from tests.conftest import REPO, ROWS_PER_DAY, WINDOW_END, WINDOW_START, Receiver, free_port
+from tests.small_world_plan import GOOD_PLAN
 
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).parent
@@ -559,6 +562,114 @@ def test_nightly_release_triggered_like_the_form_releases_the_first_model(
     # The first champion has nothing to be rolled out against: the rollout ends skipped, the run is green.
     assert steps["shadow"]["status"] == "skipped" and "champion already" in steps["shadow"]["reason"]
     assert not any(task in steps for task in ("rollout_stage_1", "analyze_1", "promote", "rollback"))
+
+
+# The next night (the interval after the first one's): a retrained candidate against the first night's champion,
+# rolled out under live traffic by the DAG's own rollout tasks on the real scheduler and triggerer. The plan is the
+# rollout tests' small-world plan (this world's traffic is ~1/1000 of a production stage), with room for the
+# scheduler's round trips between looks: each look is one execution of analyze_N, deferred between looks.
+NEXT_START, NEXT_END = WINDOW_END, "2026-11-30T02:00:00+00:00"
+NEXT_KEY = run_key(datetime.fromisoformat(NEXT_END))
+LIVE_TRAFFIC_RATE = 100.0
+LIVE_PLAN = {
+    **GOOD_PLAN,
+    "stages": [{**stage, "max_exposure_s": {"production": 7200, "demo": 120}} for stage in GOOD_PLAN["stages"]],
+}
+ROLLOUT_TASKS = [
+    "shadow",
+    *(f"{task}_{n}" for n in (1, 2, 3) for task in ("rollout_stage", "wait", "analyze")),
+    "promote",
+    "wait_retire",
+    "retire",
+]
+
+
+@pytest.fixture
+def live_gateway(airflow: LiveAirflow, live_home: Path) -> Iterator[tuple[str, str]]:
+    """The gateway (a real process, replaying the next night's features) on the live home; its URL and an API key."""
+    from mlrelease_drills.devkit import gateway_process
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [str(BIN / "mlrelease"), *args], env=airflow.env, capture_output=True, text=True, check=True
+        )
+        return done.stdout
+
+    cli("routing", "init")  # stable = the champion the first night made
+    key = json.loads(cli("gateway-key", "add", "live-e2e"))["api_key"]
+    config = live_home / "gateway-live.yaml"
+    raw = yaml.safe_load((REPO / "config" / "gateway.yaml").read_text(encoding="utf-8"))
+    config.write_text(yaml.safe_dump({**raw, "replay_as_of": NEXT_END}), encoding="utf-8")
+    with gateway_process(config, free_port(), env=airflow.env) as url:
+        yield url, key
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 300)
+def test_the_next_night_rolls_a_retrained_candidate_out_under_live_traffic(
+    airflow: LiveAirflow,
+    live_home: Path,
+    alerts: Receiver,
+    live_gateway: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mlrelease.gateway import traffic
+    from mlrelease.gateway.config import load_config
+    from mlrelease.rollout.machine import Phase
+    from mlrelease.rollout.store import RolloutStore
+    from mlrelease.settings import Settings
+    from mlrelease_drills import devkit
+
+    url, key = live_gateway
+    offline = live_home / "data" / "offline"
+    generate(offline, date(2026, 11, 30), date(2026, 11, 30), rows_per_day=ROWS_PER_DAY, seed=11)
+    plan = live_home / "live-plan.yaml"
+    plan.write_text(yaml.safe_dump(LIVE_PLAN), encoding="utf-8")
+    body = form_body(
+        {**NIGHT_CONF, "rollout_plan": str(plan)},
+        logical_date=form_now(),
+        data_interval=(NEXT_START, NEXT_END),
+        note="live e2e: the next night, a retrained candidate rolled out",
+    )
+    run_id = airflow.api("POST", "/dags/nightly_release/dagRuns", json=body)["dag_run_id"]
+    # Traffic once the benchmark is done, as `make run` does: perf_analyzer measures the same CPU Triton.
+    airflow.wait_for(
+        "the benchmark to pass",
+        lambda: (
+            airflow.task_instances("nightly_release", run_id).get("benchmark", {}).get("state") == "success"
+            or airflow.api("GET", f"/dags/nightly_release/dagRuns/{run_id}")["state"] in TERMINAL
+        ),
+        timeout_s=RUN_TIMEOUT_S,
+        interval_s=2.0,
+    )
+    pool = traffic.order_pool(offline, datetime.fromisoformat(NEXT_END), load_config().cohorts)
+    bodies = traffic.build_requests(pool, 3_000, None, supply_features=False, seed=3)
+    with devkit.background_traffic(url, bodies, key, LIVE_TRAFFIC_RATE) as report:
+        finished = airflow.wait_for_run("nightly_release", run_id)
+    assert finished["state"] == "success", airflow.explain("nightly_release", run_id)
+
+    # Every rollout task ran on the scheduler: three stages opened, waited for and analysed, then the promotion and
+    # the old champion's retirement; rollback (one_failed) skipped; the verdict green.
+    tis = airflow.task_instances("nightly_release", run_id)
+    states = {task: ti["state"] for task, ti in tis.items()}
+    expected = {task: "success" for task in [*PIPELINE, *ROLLOUT_TASKS, "release_complete", "report"]}
+    assert states == expected | {"rollback": "skipped"}, airflow.explain("nightly_release", run_id)
+
+    steps = outcomes(live_home, NEXT_KEY)
+    assert steps["train"]["result"]["model_version"] == 2  # retrained on the next interval, not a copy
+    assert steps["shadow"]["status"] == "success"
+    monkeypatch.setenv("MLRELEASE_HOME", str(live_home))
+    settings = Settings.from_env()
+    record = RolloutStore.from_settings(settings, "parcel_eta").read()
+    assert record is not None and record.phase is Phase.PROMOTED and record.candidate_version == 2
+    looks = [event.stage for event in record.history if event.kind == "analysis"]
+    assert sorted(set(looks)) == [1, 2, 3], looks  # each stage judged on its own window
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{live_home / 'mlflow/mlflow.db'}")
+    assert int(client.get_model_version_by_alias("parcel_eta", "champion").version) == 2
+    assert report.errors == 0, report.summary()
+    assert any("/v2/model" in served for served in report.served), report.served
+    assert [b["body"]["event"] for b in alerts.bodies] == ["promoted"]
 
 
 def test_rollback_release_abort_with_nothing_rolling_out_ends_skipped(
