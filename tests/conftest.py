@@ -106,8 +106,8 @@ def receiver() -> Iterator[Receiver]:
 # (pytest-xdist, --dist loadfile, no reordering): a worker takes the next file when it finishes one, so a long
 # file must not be the last one started. Unlisted files keep their place after these.
 LONGEST_FIRST = (
+    "tests/e2e/test_airflow_live.py",  # two whole nights on a real scheduler, the second with a staged rollout
     "tests/integration/test_rollout.py",
-    "tests/e2e/test_airflow_live.py",
     "tests/integration/test_model_path.py",
     "tests/e2e/test_nightly_release_dag.py",
     "tests/integration/test_gateway.py",

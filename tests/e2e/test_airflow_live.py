@@ -570,7 +570,7 @@ def test_nightly_release_triggered_like_the_form_releases_the_first_model(
 # scheduler's round trips between looks: each look is one execution of analyze_N, deferred between looks.
 NEXT_START, NEXT_END = WINDOW_END, "2026-11-30T02:00:00+00:00"
 NEXT_KEY = run_key(datetime.fromisoformat(NEXT_END))
-LIVE_TRAFFIC_RATE = 100.0
+LIVE_TRAFFIC_RATE = 200.0  # as the rollout tests: each arm's evidence for a pass gathers in seconds
 LIVE_PLAN = {
     **GOOD_PLAN,
     "stages": [{**stage, "max_exposure_s": {"production": 7200, "demo": 120}} for stage in GOOD_PLAN["stages"]],
