@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from airflow.sdk import Asset
 
+from mlrelease.release_spec import only_spec
+
 NAMESPACE = "mlrelease"  # prefix of every asset name
 FEAST_PROJECT = "mlrelease"  # feature_repo/feature_store.yaml `project`
 # The online feature views of feature_repo/features.py, which `materialize` loads (all of them, every run).
 FEATURE_VIEWS = ("user_features", "package_features", "route_features")
-MODEL_NAME = "parcel_eta"  # mlrelease.registry.MODEL_NAME (not imported: DAG parsing stays light)
+MODEL_NAME = only_spec().name  # the release spec's (release_spec is light: pydantic and one small YAML file)
 CHAMPION_ALIAS = "champion"
 
 

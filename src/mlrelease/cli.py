@@ -260,6 +260,31 @@ def _cmd_triton(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     return action(settings)
 
 
+def _cmd_models_list(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from pathlib import Path
+
+    from mlrelease.release_spec import SPEC_FILE, SPECS_DIR, load_specs
+
+    folder = Path(args.specs) if args.specs else SPECS_DIR
+    specs = load_specs(folder)
+    return {
+        "specs": str(folder),
+        "models": [
+            {
+                "name": spec.name,
+                "task": str(spec.task),
+                "spec": str(folder / spec.name / SPEC_FILE),
+                "description": spec.description,
+                "feature_service": spec.features.service,
+                "label": spec.features.label.column,
+                "inputs": len(spec.features.columns),
+                "outputs": {o.name: o.role for o in spec.outputs},
+            }
+            for spec in specs.values()
+        ],
+    }
+
+
 def _cmd_summary(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.summary import format_summary
 
@@ -340,6 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
     rollout.add_parser("status", help="the current rollout, its stages, verdicts and routing").set_defaults(
         handler=_cmd_rollout_status, result_to_xcom=False
     )
+
+    models = sub.add_parser("models", help="the models declared by release specs").add_subparsers(
+        dest="models_command", required=True
+    )
+    listing = models.add_parser("list", help="every models/<name>/release.yaml, validated (JSON)")
+    listing.add_argument("--specs", help="the specs folder (default: the repository's models/)")
+    listing.set_defaults(handler=_cmd_models_list, result_to_xcom=False)
 
     triton = sub.add_parser("triton", help="the local CPU Triton server (embedded default)")
     triton.add_argument("action", choices=["up", "down", "status"])

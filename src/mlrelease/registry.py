@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlrelease.errors import StepError
+from mlrelease.release_spec import only_spec
 from mlrelease.settings import Settings
 
-MODEL_NAME = "parcel_eta"
-EXPERIMENT = "parcel_eta"
+MODEL_NAME = only_spec().name  # the registered model; its runs go to the experiment of the same name
+EXPERIMENT = MODEL_NAME
 CHAMPION, CHALLENGER = "champion", "challenger"
 
 

@@ -30,3 +30,24 @@ def test_refuses_to_start_without_api_clients(tmp_path, monkeypatch):
     monkeypatch.delenv("MLRELEASE_GATEWAY_REPLAY_AS_OF", raising=False)
     with pytest.raises(StepError, match="no API clients in .*none.yaml: add one with `mlrelease gateway-key add NAME`"):
         create_app_from_env()
+
+
+def test_not_ready_until_a_routing_state_is_known(tmp_path, monkeypatch):
+    """No routing state read yet: no request can be routed, so the replica stays out of its Service (503)."""
+    from fastapi.testclient import TestClient
+
+    config = write_gateway_config(
+        tmp_path / "gateway.yaml", auth={"required": False}, routing={"state_url": f"file://{tmp_path}/r.json"}
+    )
+    monkeypatch.setenv("MLRELEASE_HOME", str(tmp_path))
+    monkeypatch.setenv("MLRELEASE_GATEWAY_CONFIG", str(config))
+    reply = TestClient(create_app_from_env()).get("/readyz")  # no lifespan: nothing read, nothing opened
+    assert reply.status_code == 503
+    assert reply.json() | {"store_ok": None} == {
+        "ready": False,
+        "mode": "no_routing_state",
+        "stable_ready": False,
+        "routing_revision": None,
+        "stable_version": None,
+        "store_ok": None,
+    }

@@ -72,7 +72,7 @@ def _container(values: DeployValues) -> dict[str, Any]:
         "resources": resources(gw.resources),
         "securityContext": container_security(),
         "startupProbe": startup_probe("/healthz", "http", gw.probes.startup, gw.startupBudgetSeconds),
-        # /readyz: a routing state is known and Triton has the stable version ready.
+        # /readyz: a routing state is known (answers come from the model, or from the rule while Triton is down).
         "readinessProbe": http_probe("/readyz", "http", gw.probes.readiness),
         "livenessProbe": http_probe("/healthz", "http", gw.probes.liveness),
         "volumeMounts": [

@@ -257,14 +257,20 @@ def _add_ops_routes(app: FastAPI, router: Router, metrics: GatewayMetrics) -> No
 
     @app.get("/readyz", responses={503: {"description": "not ready; the body says why"}})
     async def readyz(request: Request, response: Response) -> dict[str, Any]:
-        """Readiness: a routing state is known and Triton has its stable version ready."""
+        """Readiness: a routing state is known, so every request gets an answer (the model's, or the rule's).
+
+        Triton without a ready stable version degrades the answers, not the gateway: `mode` says
+        `rule_fallback`, and the replica stays in its Service. Were it unready, a Triton restart longer than
+        the probe's window would take every replica out at once, though each could still answer by the rule.
+        """
         state = router.state
-        model = request.app.state.service.model
-        stable_ready = state is not None and await model.version_ready(state.stable_version)
-        if not stable_ready:
+        if state is None:
             response.status_code = 503
+        stable_ready = state is not None and await request.app.state.service.model.version_ready(state.stable_version)
         return {
-            "ready": stable_ready,
+            "ready": state is not None,
+            "mode": "model" if stable_ready else ("rule_fallback" if state is not None else "no_routing_state"),
+            "stable_ready": stable_ready,
             "routing_revision": state.revision if state else None,
             "stable_version": state.stable_version if state else None,
             "store_ok": router.last_error is None,  # details only on the authenticated /v1/routing

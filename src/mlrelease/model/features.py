@@ -8,37 +8,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlrelease.data.schema import PACKAGE_CATEGORIES, REGIONS, USER_TIERS
+from mlrelease.release_spec import only_spec
 
-FEATURE_SERVICE = "parcel_eta_v1"
-TARGET = "eta_hours"
-ENTITY_KEYS = ("user_id", "package_id", "route_id")
-
+# All of it is the model's release spec (models/<name>/release.yaml, `features:`), read once per process.
+_FEATURES = only_spec().features
+FEATURE_SERVICE = _FEATURES.service
+TARGET = _FEATURES.label.column
+ENTITY_KEYS = _FEATURES.entity_keys
 # Categorical features become their index in a fixed vocabulary; an unknown value becomes -1
 # (tree models route it like any other value, and the gateway encodes the same way).
-VOCABULARIES: dict[str, tuple[str, ...]] = {
-    "tier": USER_TIERS,
-    "category": PACKAGE_CATEGORIES,
-    "region": REGIONS,
-}
-
+VOCABULARIES: dict[str, tuple[str, ...]] = dict(_FEATURES.vocabularies)
 # Model input columns, in ONNX input order. Changing this list changes the model's input schema.
-FEATURES: tuple[str, ...] = (
-    "tier",
-    "account_age_days",
-    "orders_30d",
-    "avg_declared_value_30d",
-    "weight_kg",
-    "volume_l",
-    "declared_value",
-    "category",
-    "is_bulky",
-    "region",
-    "distance_km",
-    "is_remote",
-    "congestion_index",
-    "avg_transit_hours_7d",
-)
+FEATURES: tuple[str, ...] = _FEATURES.columns
 
 
 def encode(frame: pd.DataFrame) -> np.ndarray:

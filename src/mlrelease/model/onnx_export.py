@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from mlrelease.model.estimator import EtaModel
+from mlrelease.release_spec import only_spec
 
 INPUT = "features"
-OUTPUTS = ("eta_prediction", "confidence_score")
+OUTPUTS = only_spec().prediction_and_score()  # the graph below has exactly these two outputs
 OPSET = {"": 17, "ai.onnx.ml": 3}
 
 
@@ -45,14 +46,14 @@ def to_onnx(model: EtaModel) -> bytes:
         helper.make_node("Identity", [INPUT], [spread.graph.input[0].name]),
         *point.graph.node,
         *spread.graph.node,
-        helper.make_node("Identity", [point_out], ["eta_prediction"]),
+        helper.make_node("Identity", [point_out], [OUTPUTS[0]]),
         helper.make_node("Max", [spread_out, "zero"], ["expected_error"]),
         helper.make_node("Mul", ["expected_error", "neg_k"], ["confidence_logit"]),
-        helper.make_node("Exp", ["confidence_logit"], ["confidence_score"]),
+        helper.make_node("Exp", ["confidence_logit"], [OUTPUTS[1]]),
     ]
     graph = helper.make_graph(
         nodes,
-        "parcel_eta",
+        only_spec().name,
         inputs=[helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, [None, n])],
         outputs=[helper.make_tensor_value_info(name, TensorProto.FLOAT, [None, 1]) for name in OUTPUTS],
         initializer=[*point.graph.initializer, *spread.graph.initializer, *consts],

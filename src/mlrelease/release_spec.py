@@ -1,0 +1,147 @@
+"""A model's release spec: one YAML file per model (`models/<name>/release.yaml`) that says what the model is.
+
+The platform owns the pipeline (gates, export, serving, rollout); the spec owns what belongs to one model: its
+name and task, the Feast feature service and label it trains on, its input columns in model order (with the
+vocabulary of each categorical one) and its output contract. Loading validates the whole file and every error
+names the file and the field. The steps serve one model each today: `only_spec()` is the one the specs folder
+declares (a second spec is refused there, naming both, until every step takes its spec as an argument).
+"""
+
+from __future__ import annotations
+
+import functools
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from mlrelease.errors import StepError
+from mlrelease.settings import REPO_ROOT
+from mlrelease.yamlconfig import StrictModel, load_yaml_model
+
+SPECS_DIR = REPO_ROOT / "models"
+SPEC_FILE = "release.yaml"
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"  # an MLflow registered model, a Triton model folder and a DAG id part
+
+
+class Task(StrEnum):
+    """What the model predicts (decides which quality gates apply)."""
+
+    REGRESSION = "regression"
+    BINARY_CLASSIFICATION = "binary_classification"
+
+
+class Label(StrictModel):
+    """The training label: a column of an offline table, joined on the table's own key."""
+
+    column: str = Field(min_length=1)
+    table: str = Field(min_length=1, description="the offline table (folder under data/offline) holding it")
+
+
+class Features(StrictModel):
+    """The model's input contract: where features come from, and the columns in the model's input order."""
+
+    service: str = Field(min_length=1, description="the Feast feature service training and serving read")
+    entity_keys: tuple[str, ...] = Field(min_length=1)
+    columns: tuple[str, ...] = Field(min_length=1, description="model inputs, in ONNX input order")
+    # A categorical column becomes its index in this list; an unseen value becomes -1 (training and serving alike).
+    vocabularies: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    label: Label
+
+    @model_validator(mode="after")
+    def _check(self) -> Features:
+        for name, keys in (("columns", self.columns), ("entity_keys", self.entity_keys)):
+            repeated = sorted({c for c in keys if keys.count(c) > 1})
+            if repeated:
+                raise ValueError(f"{name} repeat {repeated}")
+        stray = sorted(set(self.vocabularies) - set(self.columns))
+        if stray:
+            raise ValueError(f"vocabularies name columns the model does not take: {stray}")
+        empty = sorted(name for name, values in self.vocabularies.items() if not values)
+        if empty:
+            raise ValueError(f"vocabularies must list at least one value: {empty}")
+        if self.label.column in self.columns:
+            raise ValueError(f"the label {self.label.column!r} is also an input column")
+        return self
+
+
+class Output(StrictModel):
+    """One named output of the served model (float32, one value per row)."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")
+    role: Literal["prediction", "score"] = Field(
+        description="prediction: the answer; score: how sure the model is (a confidence or a probability)"
+    )
+
+
+class ReleaseSpec(StrictModel):
+    """Everything about one model that the pipeline needs (see module docstring)."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    task: Task
+    description: str = ""
+    features: Features
+    outputs: tuple[Output, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ReleaseSpec:
+        names = [o.name for o in self.outputs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"outputs: names repeat in {names}")
+        roles = [o.role for o in self.outputs]
+        if roles.count("prediction") != 1 or roles.count("score") > 1:
+            raise ValueError(f"outputs: exactly one prediction and at most one score, got roles {roles}")
+        return self
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The outputs' names in declared order (the order Triton's config and the clients list them)."""
+        return tuple(o.name for o in self.outputs)
+
+    @property
+    def prediction(self) -> Output:
+        """The output that carries the answer."""
+        return next(o for o in self.outputs if o.role == "prediction")
+
+    @property
+    def score(self) -> Output | None:
+        """The output that says how sure the model is, if it declares one."""
+        return next((o for o in self.outputs if o.role == "score"), None)
+
+    def prediction_and_score(self) -> tuple[str, str]:
+        """(prediction, score) output names, for the parts that serve both (the exporter, the gateway's client)."""
+        if self.score is None:
+            raise StepError(f"model {self.name}: its release spec declares no score output, and serving needs one")
+        return self.prediction.name, self.score.name
+
+
+def load_spec(path: Path) -> ReleaseSpec:
+    """Read and validate one release spec; its `name` must be its folder's (`models/<name>/release.yaml`)."""
+    spec = load_yaml_model(path, ReleaseSpec, "release spec")
+    if spec.name != path.parent.name:
+        raise StepError(
+            f"release spec {path} is invalid: name: {spec.name!r} differs from its folder {path.parent.name!r} "
+            f"(a model lives in models/<name>/{SPEC_FILE})"
+        )
+    return spec
+
+
+def load_specs(folder: Path = SPECS_DIR) -> dict[str, ReleaseSpec]:
+    """Every release spec in `folder` (`<name>/release.yaml`), by name; an empty or missing folder is an error."""
+    paths = sorted(folder.glob(f"*/{SPEC_FILE}"))
+    if not paths:
+        raise StepError(f"no release spec in {folder}: declare a model as {folder}/<name>/{SPEC_FILE}")
+    return {spec.name: spec for spec in map(load_spec, paths)}
+
+
+@functools.cache
+def only_spec(folder: Path = SPECS_DIR) -> ReleaseSpec:
+    """The one model `folder` declares: the model every step releases until steps take a spec each."""
+    specs = load_specs(folder)
+    if len(specs) != 1:
+        raise StepError(
+            f"{folder} declares {len(specs)} models ({', '.join(specs)}): the steps release one model per "
+            "installation today, so keep one spec there"
+        )
+    return next(iter(specs.values()))

@@ -1,0 +1,114 @@
+"""Release specs: the repository's model declared in models/<name>/release.yaml, and bad specs named precisely."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlrelease.cli import main
+from mlrelease.data.schema import PACKAGE_CATEGORIES, REGIONS, USER_TIERS
+from mlrelease.errors import StepError
+from mlrelease.release_spec import SPECS_DIR, Task, load_spec, load_specs, only_spec
+
+PARCEL = yaml.safe_load((SPECS_DIR / "parcel_eta" / "release.yaml").read_text(encoding="utf-8"))
+
+
+def _write(folder: Path, raw: dict, name: str | None = None) -> Path:
+    path = folder / (name or raw["name"]) / "release.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def test_the_repository_declares_the_parcel_model_and_the_code_reads_it():
+    from mlrelease.model.features import ENTITY_KEYS, FEATURE_SERVICE, FEATURES, TARGET, VOCABULARIES
+    from mlrelease.model.onnx_export import OUTPUTS
+    from mlrelease.registry import MODEL_NAME
+
+    spec = only_spec()
+    assert (spec.name, spec.task) == ("parcel_eta", Task.REGRESSION)
+    assert list(load_specs()) == ["parcel_eta"]
+    assert (MODEL_NAME, FEATURE_SERVICE, TARGET) == ("parcel_eta", "parcel_eta_v1", "eta_hours")
+    assert ENTITY_KEYS == ("user_id", "package_id", "route_id")
+    assert FEATURES == tuple(PARCEL["features"]["columns"]) and len(FEATURES) == 14
+    assert OUTPUTS == ("eta_prediction", "confidence_score") == spec.prediction_and_score()
+    # The synthetic data's categories are the model's vocabularies: an unseen value would encode as -1.
+    assert VOCABULARIES == {"tier": USER_TIERS, "category": PACKAGE_CATEGORIES, "region": REGIONS}
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        ({"task": "regresion"}, "task: Input should be 'regression' or 'binary_classification'"),
+        ({"name": "Parcel-ETA"}, "name: String should match pattern"),
+        ({"featurs": {}}, "featurs: Extra inputs are not permitted"),
+        ({"features": {**PARCEL["features"], "columns": ["tier", "tier"]}}, "features: Value error, columns repeat"),
+        (
+            {"features": {**PARCEL["features"], "vocabularies": {"colour": ["red"]}}},
+            "vocabularies name columns the model does not take: ['colour']",
+        ),
+        (
+            {"features": {**PARCEL["features"], "label": {"column": "weight_kg", "table": "packages"}}},
+            "the label 'weight_kg' is also an input column",
+        ),
+        (
+            {"outputs": [{"name": "a", "role": "prediction"}, {"name": "b", "role": "prediction"}]},
+            "outputs: exactly one prediction and at most one score",
+        ),
+        ({"outputs": [{"name": "a", "role": "answer"}]}, "outputs.0.role: Input should be 'prediction' or 'score'"),
+        ({"outputs": []}, "outputs: Tuple should have at least 1 item"),
+    ],
+    ids=["task", "name", "typo", "repeat", "vocabulary", "label", "two-predictions", "role", "no-outputs"],
+)
+def test_a_bad_spec_is_refused_naming_the_file_and_the_field(tmp_path, change, complaint):
+    path = _write(tmp_path, {**PARCEL, **change}, name="parcel_eta")
+    with pytest.raises(StepError) as caught:
+        load_spec(path)
+    assert str(caught.value).startswith(f"release spec {path} is invalid: ")
+    assert complaint in str(caught.value)
+
+
+def test_a_spec_named_unlike_its_folder_is_refused(tmp_path):
+    path = _write(tmp_path, {**PARCEL, "name": "late_delivery"}, name="parcel_eta")
+    with pytest.raises(StepError, match="name: 'late_delivery' differs from its folder 'parcel_eta'"):
+        load_spec(path)
+
+
+def test_an_empty_specs_folder_and_a_second_model_are_clear_errors(tmp_path):
+    with pytest.raises(StepError, match=f"no release spec in {tmp_path}"):
+        load_specs(tmp_path)
+    _write(tmp_path, PARCEL)
+    _write(tmp_path, {**PARCEL, "name": "late_delivery"})
+    assert list(load_specs(tmp_path)) == ["late_delivery", "parcel_eta"]
+    with pytest.raises(StepError, match=r"declares 2 models \(late_delivery, parcel_eta\)"):
+        only_spec(tmp_path)
+
+
+def test_serving_needs_a_score_output(tmp_path):
+    spec = load_spec(_write(tmp_path, {**PARCEL, "outputs": [{"name": "eta_prediction", "role": "prediction"}]}))
+    assert spec.score is None and spec.prediction.name == "eta_prediction"
+    with pytest.raises(StepError, match="model parcel_eta: its release spec declares no score output"):
+        spec.prediction_and_score()
+
+
+def test_models_list_prints_every_declared_model(tmp_path, capsys):
+    _write(tmp_path, PARCEL)
+    _write(tmp_path, {**PARCEL, "name": "late_delivery", "task": "binary_classification"})
+    assert main(["models", "list", "--specs", str(tmp_path)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(m["name"], m["task"]) for m in listed["models"]] == [
+        ("late_delivery", "binary_classification"),
+        ("parcel_eta", "regression"),
+    ]
+    assert listed["models"][1]["outputs"] == {"eta_prediction": "prediction", "confidence_score": "score"}
+    assert listed["models"][1]["spec"] == str(tmp_path / "parcel_eta" / "release.yaml")
+
+
+def test_models_list_fails_on_a_bad_spec_with_one_line(tmp_path, capsys):
+    _write(tmp_path, {**PARCEL, "task": "ranking"})
+    assert main(["models", "list", "--specs", str(tmp_path)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "release spec" in err[0] and "task: Input should be" in err[0]
