@@ -86,3 +86,11 @@ def test_source_summarises_per_cohort_and_version_and_across_cohorts(tmp_path):
     assert (tail.requests, tail.total("failed"), tail.total("low_confidence"), tail.total("answers")) == (11, 1, 4, 10)
     assert windows[("*", 2)].requests == 11 and windows[("*", 1)].requests == 1
     assert summarize([]).requests == 0
+
+
+def test_a_record_time_never_lies_in_the_future(tmp_path, monkeypatch):
+    # A reader's window ends "now"; a time rounded up past now would drop a record just flushed (a CI flake).
+    monkeypatch.setattr("mlrelease.gateway.decision_log.time.time", lambda: 100.00006)
+    log = DecisionLog(tmp_path)
+    _call(log)
+    assert json.loads(log._buffer[0])["t"] <= 100.00006

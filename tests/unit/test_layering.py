@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "gitinfo",
                 "outcome",
                 "registry",
+                "release_spec",
                 "settings",
                 "sources",
                 "storage",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import random
 import socket
@@ -83,7 +84,9 @@ class DecisionLog:
                 return
             weight = 1.0 / self.sample_rate
         entry: dict[str, Any] = {
-            "t": round(time.time(), 4),
+            # Truncated, not rounded: a time rounded up lies in the future, and a reader's window "until now"
+            # taken right after the flush would leave the record out.
+            "t": math.floor(time.time() * 10_000) / 10_000,
             "cohort": cohort,
             "version": version,
             "role": role,
