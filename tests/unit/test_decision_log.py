@@ -93,4 +93,6 @@ def test_a_record_time_never_lies_in_the_future(tmp_path, monkeypatch):
     monkeypatch.setattr("mlrelease.gateway.decision_log.time.time", lambda: 100.00006)
     log = DecisionLog(tmp_path)
     _call(log)
-    assert json.loads(log._buffer[0])["t"] <= 100.00006
+    log.flush()
+    (path,) = tmp_path.glob("*.jsonl")
+    assert json.loads(path.read_text())["t"] <= 100.00006
