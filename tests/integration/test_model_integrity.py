@@ -37,6 +37,7 @@ from mlrelease.serving.triton_repo import (
 from mlrelease.settings import Settings
 from mlrelease.steps.benchmark import benchmark
 from mlrelease.steps.export import export
+from mlrelease.steps.rollout.status import status as rollout_status
 from mlrelease.steps.train import train
 from mlrelease.steps.validate_serving import validate_serving
 from mlrelease.storage import sha256
@@ -114,6 +115,7 @@ def test_swapped_bytes_are_refused_by_each_step_and_by_triton(world, champion):
         assert list(up["serving"]["refused"]) == [str(version)]
         _one_line_naming(StepError(up["serving"]["refused"][str(version)]), *digests)
         assert client.version_ready(MODEL_NAME, champion) and not client.version_ready(MODEL_NAME, version)
+        _one_line_naming(StepError(rollout_status(world)["triton"]["refused"][str(version)]), *digests)
         with pytest.raises(StepError, match=rf"version\(s\) \[{version}\] cannot be served") as refused:
             ensure_ready(world, client.url, [version])
         _one_line_naming(refused.value, *digests)

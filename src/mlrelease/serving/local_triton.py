@@ -179,6 +179,9 @@ def server_argv(paths: TritonPaths, ports: Ports) -> list[str]:
         f"--backend-directory={paths.backends}",
         "--model-control-mode=explicit",
         "--exit-on-error=false",  # one bad candidate must not take the stable model down with it
+        # As on Kubernetes: ready means the server answers; a version that failed to load (refused by its integrity
+        # check) must not make the whole server unready while the other versions serve.
+        "--strict-readiness=false",
         "--exit-timeout-secs=5",  # on stop, idle keep-alive clients would otherwise hold it for 30 s
         "--http-address=127.0.0.1",
         f"--http-port={ports.http}",
