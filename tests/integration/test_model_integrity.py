@@ -7,7 +7,10 @@ and by Triton itself (the CPU model.py) when something loads it behind the steps
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -18,9 +21,11 @@ from mlrelease.model.estimator import EtaModel
 from mlrelease.model.features import FEATURES
 from mlrelease.model.onnx_export import to_onnx
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
+from mlrelease.serving import local_triton
 from mlrelease.serving.cpu_repo import sync_cpu_repository
 from mlrelease.serving.endpoint import publish_to_local_server
 from mlrelease.serving.local_triton import TritonPaths
+from mlrelease.serving.reconcile import ensure_ready
 from mlrelease.serving.triton_repo import (
     model_repository,
     parity_file,
@@ -32,6 +37,7 @@ from mlrelease.serving.triton_repo import (
 from mlrelease.settings import Settings
 from mlrelease.steps.benchmark import benchmark
 from mlrelease.steps.export import export
+from mlrelease.steps.rollout.status import status as rollout_status
 from mlrelease.steps.train import train
 from mlrelease.steps.validate_serving import validate_serving
 from mlrelease.storage import sha256
@@ -84,6 +90,8 @@ def test_swapped_bytes_are_refused_by_each_step_and_by_triton(world, champion):
     with pytest.raises(GateFailed) as refused:
         benchmark(world, version, perf=model_path.FAST_PERF)  # refused before perf_analyzer runs
     _one_line_naming(refused.value, *digests)
+    assert _served(world) == [champion]  # refused by a gate: it leaves the policy, so no restart offers it again
+    assert model_path._client().version_ready(MODEL_NAME, champion)
 
     with pytest.raises(GateFailed, match=f"version {version} failed serving validation") as refused:
         validate_serving(world, version)
@@ -98,11 +106,51 @@ def test_swapped_bytes_are_refused_by_each_step_and_by_triton(world, champion):
         with pytest.raises(StepError, match="the file that would be served is not the file that was checked"):
             client.load(MODEL_NAME)
         assert not client.version_ready(MODEL_NAME, version)
+        # With the swapped version declared, `triton up` (here: already running, so it reconciles) loads every
+        # other version and refuses that one, naming its digest; a rollback that needs it fails naming it too.
+        client.unload(MODEL_NAME)
+        _until_not_ready(client, champion)
+        up = local_triton.up(world)
+        assert up["serving"]["serving"] == [champion] and up["serving"]["reloaded"] == [champion]
+        assert list(up["serving"]["refused"]) == [str(version)]
+        _one_line_naming(StepError(up["serving"]["refused"][str(version)]), *digests)
+        assert client.version_ready(MODEL_NAME, champion) and not client.version_ready(MODEL_NAME, version)
+        _one_line_naming(StepError(rollout_status(world)["triton"]["refused"][str(version)]), *digests)
+        with pytest.raises(StepError, match=rf"version\(s\) \[{version}\] cannot be served") as refused:
+            ensure_ready(world, client.url, [version])
+        _one_line_naming(refused.value, *digests)
+        # And after a crash: the supervisor restarts the server, whose reconcile again serves all but that one.
+        paths = TritonPaths.from_settings(world)
+        killed = local_triton.running_pid(paths)
+        os.kill(killed, signal.SIGKILL)
+        _until(lambda: local_triton.running_pid(paths) not in (None, killed), "a new server")
+        _until(lambda: local_triton.status(world)["supervisor"]["phase"] == "serving", "serving again")
+        client.close()
+        client = model_path._client()
+        assert client.version_ready(MODEL_NAME, champion) and not client.version_ready(MODEL_NAME, version)
+        (line,) = local_triton.status(world)["supervisor"]["refused"]
+        _one_line_naming(StepError(line), f"parcel_eta v{version} is declared but not served", *digests)
+        assert f"reconcile: {line}" in paths.supervisor_log.read_text()
     finally:
         set_version_policy(root, MODEL_NAME, [champion])
         publish_to_local_server(world, root)
         client.load(MODEL_NAME)
     assert client.version_ready(MODEL_NAME, champion)
+
+
+def _until(check, what: str, seconds: float = 90.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"{what} within {seconds:.0f} s"
+        time.sleep(0.2)
+
+
+def _until_not_ready(client, version: int, seconds: float = 30.0) -> None:
+    """Unloading is asynchronous in Triton: wait until the version is gone."""
+    deadline = time.monotonic() + seconds
+    while client.version_ready(MODEL_NAME, version):
+        assert time.monotonic() < deadline, f"v{version} still ready {seconds:.0f} s after its unload"
+        time.sleep(0.1)
 
 
 def _planted(world: Settings, champion: int, edit: Callable[[bytes], bytes]) -> int:

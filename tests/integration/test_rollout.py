@@ -515,7 +515,11 @@ def test_a_triton_killed_mid_stage_heals_with_no_manual_step(fresh, gateway, bod
     assert cut, "the analysis never cut the outage out"
     status = _consistent(fresh.settings)
     assert status["aliases"] == {CHAMPION: GOOD, CHALLENGER: HEALTHY_CANDIDATE}
-    assert status["triton"] == {"declared": [GOOD, HEALTHY_CANDIDATE], "loaded": [GOOD, HEALTHY_CANDIDATE]}
+    assert status["triton"] == {
+        "declared": [GOOD, HEALTHY_CANDIDATE],
+        "loaded": [GOOD, HEALTHY_CANDIDATE],
+        "refused": {},
+    }
     assert local_triton.status(fresh.settings)["supervisor"]["restarts"] >= 1
 
 

@@ -23,6 +23,7 @@ import requests
 from mlrelease.errors import StepError
 from mlrelease.serving import local_triton
 from mlrelease.serving.local_triton import TritonPaths, running_pid, supervisor_pid
+from mlrelease.serving.triton_repo import ServingConfig, build_config, model_repository, write_config, write_version
 from mlrelease.settings import Settings
 from tests.conftest import free_port
 
@@ -191,6 +192,24 @@ def test_a_server_that_never_starts_is_reported_and_leaves_nothing_behind(settin
     paths = TritonPaths.from_settings(settings)
     assert supervisor_pid(paths) is None and running_pid(paths) is None and not _supervisors(settings.home)
     assert local_triton.status(settings)["supervisor"]["phase"] == "failed"
+
+
+def test_up_that_can_serve_no_declared_version_fails_naming_it_and_leaves_nothing_behind(settings):
+    root = model_repository(settings)
+    write_version(root, "parcel_eta", 1, b"exported bytes", {})
+    write_config(root, build_config("parcel_eta", 14, ("eta_prediction", "confidence_score"), [1], ServingConfig()))
+    (root / "parcel_eta" / "1" / "model.onnx").write_bytes(b"swapped bytes")  # not the file export recorded
+    with pytest.raises(
+        StepError,
+        match=r"serves none of its declared versions: parcel_eta v1 is declared but not "
+        r"served: v1 model.onnx at .* has sha256",
+    ):
+        local_triton.up(settings)
+    paths = TritonPaths.from_settings(settings)
+    assert supervisor_pid(paths) is None and running_pid(paths) is None and not _supervisors(settings.home)
+    # and a fixed repository starts cleanly afterwards: nothing left behind refuses the next `up`
+    (root / "parcel_eta" / "1" / "model.onnx").write_bytes(b"exported bytes")
+    assert local_triton.up(settings)["serving"]["status"] == "in sync"
 
 
 def test_a_server_left_by_a_killed_supervisor_is_adopted_not_restarted(settings):

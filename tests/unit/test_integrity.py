@@ -277,7 +277,7 @@ def test_model_py_refuses_a_graph_that_is_not_the_config(python_model, tmp_path,
 
 
 def test_triton_refusals_lose_the_stub_traceback_but_keep_every_reason():
-    from mlrelease.steps.validate_serving import _one_line
+    from mlrelease.serving.triton_client import one_line_reason as _one_line
 
     refused = (
         "load failed for model 'parcel_eta': version 2 is at UNAVAILABLE state: Internal: RuntimeError: v2 bad\n\n"

@@ -21,10 +21,13 @@ from mlrelease.storage import write_text_atomic
 PYTHON_MODEL = Path(__file__).with_name("onnx_python_model.py")
 
 
-def cpu_config(production: mc.ModelConfig) -> mc.ModelConfig:
-    """The production config translated for the python backend on CPU."""
+def cpu_config(production: mc.ModelConfig, versions: list[int] | None = None) -> mc.ModelConfig:
+    """The production config translated for the python backend on CPU (serving only `versions` when given)."""
     cpu = mc.ModelConfig()
     cpu.CopyFrom(production)
+    if versions is not None:
+        del cpu.version_policy.specific.versions[:]
+        cpu.version_policy.specific.versions.extend(sorted(versions))
     cpu.ClearField("platform")
     cpu.backend = "python"
     del cpu.instance_group[:]
@@ -32,10 +35,18 @@ def cpu_config(production: mc.ModelConfig) -> mc.ModelConfig:
     return cpu
 
 
-def sync_cpu_repository(production_root: Path, cpu_root: Path, model: str) -> list[int]:
-    """Mirror one model into the CPU repository: config translated, each version's ONNX linked with model.py."""
+def sync_cpu_repository(
+    production_root: Path, cpu_root: Path, model: str, *, serve_only: list[int] | None = None
+) -> list[int]:
+    """Mirror one model into the CPU repository: config translated, each version's ONNX linked with model.py.
+
+    `serve_only` narrows the mirror's policy (and what is linked) to those versions: the ones that verified,
+    so a refused version's file is never offered to the server.
+    """
     production = read_config(production_root, model)
     versions = versions_present(production_root, model)
+    if serve_only is not None:
+        versions = [v for v in versions if v in serve_only]
     for version in versions:
         src, dst = production_root / model / str(version), cpu_root / model / str(version)
         if _mirrors(src, dst):
@@ -51,7 +62,7 @@ def sync_cpu_repository(production_root: Path, cpu_root: Path, model: str) -> li
         shutil.copy2(src / METADATA_FILE, staging / METADATA_FILE)  # what model.py verifies model.onnx against
         shutil.copy2(PYTHON_MODEL, staging / "model.py")
         os.rename(staging, dst)
-    write_text_atomic(cpu_root / model / "config.pbtxt", to_pbtxt(cpu_config(production)))
+    write_text_atomic(cpu_root / model / "config.pbtxt", to_pbtxt(cpu_config(production, serve_only)))
     return versions
 
 

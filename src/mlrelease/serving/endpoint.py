@@ -10,11 +10,12 @@ from mlrelease.registry import MODEL_NAME
 from mlrelease.serving.cpu_repo import sync_cpu_repository
 from mlrelease.serving.integrity import verify_policy
 from mlrelease.serving.local_triton import Ports, TritonPaths
-from mlrelease.serving.triton_repo import disable_config
+from mlrelease.serving.triton_repo import disable_config, read_config
 from mlrelease.settings import Settings
 
 if TYPE_CHECKING:
     from mlrelease.registry import Registry
+    from mlrelease.serving.triton_client import TritonClient
 
 
 def triton_url() -> str:
@@ -34,6 +35,25 @@ def publish_to_local_server(settings: Settings, production_root: Path, *, regist
     if os.environ.get("MLRELEASE_TRITON_URL"):
         return
     sync_cpu_repository(production_root, TritonPaths.from_settings(settings).cpu_repository, MODEL_NAME)
+
+
+def load_only(settings: Settings, client: TritonClient, production_root: Path, versions: list[int]) -> None:
+    """Have Triton load exactly `versions` (already verified) of the model, whatever else the repository's policy lists.
+
+    Locally the CPU mirror is written to serve only them; against a cluster's Triton, which reads the production
+    repository itself, the load carries that config with its policy narrowed. Either way a refused version's
+    file is never offered to the server, so it cannot stop the others from loading.
+    """
+    if os.environ.get("MLRELEASE_TRITON_URL"):
+        config = read_config(production_root, MODEL_NAME)
+        del config.version_policy.specific.versions[:]
+        config.version_policy.specific.versions.extend(sorted(versions))
+        client.load(MODEL_NAME, config=config)
+        return
+    sync_cpu_repository(
+        production_root, TritonPaths.from_settings(settings).cpu_repository, MODEL_NAME, serve_only=versions
+    )
+    client.load(MODEL_NAME)
 
 
 def disable_everywhere(settings: Settings, production_root: Path) -> None:

@@ -87,6 +87,20 @@ def verify_policy(root: Path, *, registry: Registry | None = None) -> dict[int, 
     return {v: verify_version(root, v, registry=registry) for v in config.version_policy.specific.versions}
 
 
+def verify_each(
+    root: Path, versions: list[int], *, registry: Registry | None = None
+) -> tuple[dict[int, str], dict[int, str]]:
+    """(digest of each version that verifies, why each other one does not): one bad file refuses only itself."""
+    digests: dict[int, str] = {}
+    refused: dict[int, str] = {}
+    for version in versions:
+        try:
+            digests[version] = verify_version(root, version, registry=registry)
+        except StepError as exc:  # GateFailed (a swapped file) or a missing file or record
+            refused[version] = str(exc)
+    return digests, refused
+
+
 def _refuse(version: int, path: Path, digest: str, size: int, source: str, recorded: str, recorded_size: Any) -> None:
     recorded_bytes = f"{int(recorded_size)} bytes" if recorded_size is not None else "size not recorded"
     raise GateFailed(

@@ -9,6 +9,7 @@ declared versions after every start, as the Triton Deployment does on Kubernetes
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -24,6 +25,8 @@ import requests
 from mlrelease.errors import StepError
 from mlrelease.settings import REPO_ROOT, Settings
 from mlrelease.storage import file_lock, write_text_atomic
+
+log = logging.getLogger(__name__)
 
 PY_VERSION = "3.11"
 
@@ -176,6 +179,9 @@ def server_argv(paths: TritonPaths, ports: Ports) -> list[str]:
         f"--backend-directory={paths.backends}",
         "--model-control-mode=explicit",
         "--exit-on-error=false",  # one bad candidate must not take the stable model down with it
+        # As on Kubernetes: ready means the server answers; a version that failed to load (refused by its integrity
+        # check) must not make the whole server unready while the other versions serve.
+        "--strict-readiness=false",
         "--exit-timeout-secs=5",  # on stop, idle keep-alive clients would otherwise hold it for 30 s
         "--http-address=127.0.0.1",
         f"--http-port={ports.http}",
@@ -262,8 +268,14 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
         except BaseException:
             _stop(paths)  # a half-started supervisor and server must not outlive a failed (or interrupted) `up`
             raise
-        if state.get("reconcile_error"):  # a declared version Triton refuses: the server serves the rest, and the
-            raise StepError(str(state["reconcile_error"]))  # supervisor keeps trying; a person must look
+        failure = _nothing_served(state)
+        if failure is not None:  # a failed `up` leaves no supervisor and no server behind
+            _stop(paths)
+            raise StepError(failure)
+        from mlrelease.serving.reconcile import refusal_lines
+
+        for line in refusal_lines(state["serving"]):  # the rest is served; the supervisor keeps trying this one
+            log.error("%s", line)
         return {
             "status": "already running" if state.get("adopted") else "started",
             "pid": state["server_pid"],
@@ -272,6 +284,18 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
             "serving": state["serving"],
             "supervisor": _supervisor_view(paths, supervisor, state),
         }
+
+
+def _nothing_served(state: dict[str, Any]) -> str | None:
+    """Why a freshly started server is of no use (None when it serves what it can): no reconcile, or all refused."""
+    from mlrelease.serving.reconcile import refusal_lines
+
+    if state.get("reconcile_error"):
+        return f"tritonserver started but its declared versions could not be loaded: {state['reconcile_error']}"
+    serving = state.get("serving") or {}
+    if serving.get("declared") and not serving.get("serving"):
+        return "tritonserver started but serves none of its declared versions: " + "; ".join(refusal_lines(serving))
+    return None
 
 
 def _start_supervisor(settings: Settings, paths: TritonPaths, timeout_s: float) -> int:
@@ -326,6 +350,8 @@ def _wait_serving(
 
 
 def _supervisor_view(paths: TritonPaths, pid: int | None, state: dict[str, Any]) -> dict[str, Any]:
+    from mlrelease.serving.reconcile import refusal_lines
+
     return {
         "pid": pid,
         "running": pid is not None,
@@ -335,6 +361,7 @@ def _supervisor_view(paths: TritonPaths, pid: int | None, state: dict[str, Any])
         "last_restart_reason": state.get("last_restart_reason"),
         "last_restart_at": state.get("last_restart_at"),
         "reconcile_error": state.get("reconcile_error"),
+        "refused": refusal_lines(state.get("serving") or {}),
         "log": str(paths.supervisor_log),
     }
 

@@ -9,11 +9,13 @@ local `mlrelease triton up` runs it after every start, the Kubernetes Deployment
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from mlrelease.errors import StepError
 from mlrelease.registry import MODEL_NAME
-from mlrelease.serving.triton_client import TritonClient, TritonUnreachable
+from mlrelease.serving.integrity import verify_each
+from mlrelease.serving.triton_client import TritonClient, TritonUnreachable, one_line_reason
 from mlrelease.serving.triton_repo import model_repository, read_config
 from mlrelease.settings import Settings
 
@@ -29,42 +31,66 @@ def declared_versions(settings: Settings) -> list[int]:
 
 
 def reconcile(settings: Settings, url: str, *, timeout_s: float = RELOAD_TIMEOUT_S) -> dict[str, Any]:
-    """Load the declared versions that Triton at `url` does not have ready; what was declared and reloaded.
+    """Load the declared versions that Triton at `url` does not have ready, one version at a time; what happened.
 
-    A version Triton refuses (or that never gets ready) is a StepError naming it and Triton's reason: the
-    one case that needs a person.
+    Each declared version is verified on its own: one whose file is not the one export recorded, or that Triton
+    refuses (or that never gets ready), is `refused` with a one-line reason, and every other version is still
+    loaded, so one bad file never takes the champion down with it. `serving` is what Triton has ready afterwards.
     """
-    from mlrelease.serving.endpoint import publish_to_local_server
-
     declared = declared_versions(settings)
     if not declared:
-        return {"declared": [], "reloaded": [], "status": "nothing declared"}
+        return {"declared": [], "serving": [], "reloaded": [], "refused": {}, "status": "nothing declared"}
+    root = model_repository(settings)
+    _, refused = verify_each(root, declared)
+    verified = [v for v in declared if v not in refused]
     client = TritonClient(url, timeout=10)
+    began = time.monotonic()
     try:
-        missing = [v for v in declared if not client.version_ready(MODEL_NAME, v)]
-        if not missing:
-            return {"declared": declared, "reloaded": [], "status": "in sync"}
-        began = time.monotonic()
-        publish_to_local_server(settings, model_repository(settings))  # files verified before any load
-        try:
-            client.load(MODEL_NAME)
-            for version in missing:
-                client.wait_ready(MODEL_NAME, version, timeout_s=timeout_s)
-        except TritonUnreachable:
-            raise
-        except StepError as exc:
-            raise StepError(
-                f"Triton at {url} cannot load the declared {MODEL_NAME} version(s) {missing}: {exc}; a person must "
-                "fix the version (or the server) before traffic can be served by it"
-            ) from None
-        return {
-            "declared": declared,
-            "reloaded": missing,
-            "status": "reloaded",
-            "seconds": round(time.monotonic() - began, 2),
-        }
+        missing = [v for v in verified if not client.version_ready(MODEL_NAME, v)]
+        if missing:
+            refused.update(_load(settings, client, root, verified, missing, timeout_s))
+        serving = [v for v in declared if v not in refused and client.version_ready(MODEL_NAME, v)]
     finally:
         client.close()
+    reloaded = [v for v in missing if v in serving]
+    status = "refused some" if refused else "reloaded" if reloaded else "in sync"
+    result: dict[str, Any] = {
+        "declared": declared,
+        "serving": serving,
+        "reloaded": reloaded,
+        "refused": {str(v): reason for v, reason in sorted(refused.items())},  # str keys: it is saved as JSON
+        "status": status,
+    }
+    if missing:
+        result["seconds"] = round(time.monotonic() - began, 2)
+    return result
+
+
+def _load(
+    settings: Settings, client: TritonClient, root: Path, verified: list[int], missing: list[int], timeout_s: float
+) -> dict[int, str]:
+    """Load the verified versions; the missing ones Triton refused or never made ready, with why."""
+    from mlrelease.serving.endpoint import load_only
+
+    try:
+        load_only(settings, client, root, verified)
+    except TritonUnreachable:
+        raise
+    except StepError as exc:  # Triton's load is synchronous: what is not ready now was refused by it
+        reason = f"Triton at {client.url} refused it: {one_line_reason(str(exc))}"
+        return {v: reason for v in missing if not client.version_ready(MODEL_NAME, v)}
+    refused = {}
+    for version in missing:
+        try:
+            client.wait_ready(MODEL_NAME, version, timeout_s=timeout_s)
+        except StepError as exc:
+            refused[version] = one_line_reason(str(exc))
+    return refused
+
+
+def refusal_lines(result: dict[str, Any]) -> list[str]:
+    """One line per version a reconcile refused, for logs, alerts and `triton status`."""
+    return [f"{MODEL_NAME} v{v} is declared but not served: {why}" for v, why in result.get("refused", {}).items()]
 
 
 def ensure_ready(settings: Settings, url: str, versions: list[int], *, timeout_s: float = RELOAD_TIMEOUT_S) -> None:
@@ -82,4 +108,10 @@ def ensure_ready(settings: Settings, url: str, versions: list[int], *, timeout_s
             f"{MODEL_NAME} version(s) {undeclared} are not ready on Triton at {url} and the repository's policy "
             "does not serve them; load them first"
         )
-    reconcile(settings, url, timeout_s=timeout_s)
+    result = reconcile(settings, url, timeout_s=timeout_s)
+    refused = {v: result["refused"][str(v)] for v in versions if str(v) in result["refused"]}
+    if refused:
+        raise StepError(
+            f"{MODEL_NAME} version(s) {sorted(refused)} cannot be served by Triton at {url}: "
+            + "; ".join(f"v{v}: {why}" for v, why in refused.items())
+        )

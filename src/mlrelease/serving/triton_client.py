@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import re
 import time
 from typing import Any
 
@@ -11,6 +12,13 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from mlrelease.errors import StepError
+
+_STUB_TRACEBACK = re.compile(r"\n\nAt:\n(?:  .*\n?)*")  # "At:" then one indented line per frame
+
+
+def one_line_reason(text: str) -> str:
+    """Triton's refusal as one line: the python backend appends the stub's traceback ("At: …") to each reason."""
+    return " ".join(_STUB_TRACEBACK.sub(" ", text).split())
 
 
 class TritonUnreachable(StepError):

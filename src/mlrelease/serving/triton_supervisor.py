@@ -275,7 +275,7 @@ class Supervisor:
 
     def _reconcile(self) -> None:
         """Load what the repository's policy declares; a refusal is recorded and retried, never fatal."""
-        from mlrelease.serving.reconcile import reconcile
+        from mlrelease.serving.reconcile import reconcile, refusal_lines
         from mlrelease.serving.triton_client import TritonUnreachable
 
         self._save(phase=RECONCILING)
@@ -291,9 +291,13 @@ class Supervisor:
             self._save(phase=SERVING, reconcile_error=str(exc))
             log.error("reconcile: %s (trying again in %.0f s)", exc, self.policy.reconcile_retry_s)
             return
-        self._reconcile_due = None
+        refused = refusal_lines(serving)
+        # A refused version is tried again later (a person may have put the right file back); the rest is served.
+        self._reconcile_due = time.monotonic() + self.policy.reconcile_retry_s if refused else None
         self._save(phase=SERVING, serving=serving, reconcile_error=None)
-        log.info("serving %s: %s", serving.get("declared"), serving.get("status"))
+        log.info("serving %s of declared %s: %s", serving.get("serving"), serving.get("declared"), serving["status"])
+        for line in refused:
+            log.error("reconcile: %s (trying again in %.0f s)", line, self.policy.reconcile_retry_s)
 
     def _watch(self) -> str:
         """Block until the server exits or stops answering liveness; the reason."""

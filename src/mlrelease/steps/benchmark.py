@@ -17,6 +17,7 @@ from mlrelease.serving.perf import Level, PerfSettings, Verdict, compare, median
 from mlrelease.serving.perf_plot import plot_levels
 from mlrelease.serving.triton_client import TritonClient
 from mlrelease.serving.triton_repo import model_repository, versions_present
+from mlrelease.serving.withdraw import withdraw_refused
 from mlrelease.settings import Settings
 
 
@@ -126,7 +127,11 @@ def benchmark(
     runs = [("challenger", version)] + ([("champion", baseline)] if baseline is not None else [])
     client = TritonClient(triton_url())
     client.ensure_live()
-    _check_served(settings, client, registry, [v for _, v in runs])
+    try:
+        _check_served(settings, client, registry, [version])
+    except GateFailed as refused:  # its file is not the one export checked: it leaves the policy too
+        raise withdraw_refused(settings, version, refused) from None
+    _check_served(settings, client, registry, [v for _, v in runs if v != version])
 
     with tempfile.TemporaryDirectory(prefix="mlrelease-perf-") as tmp:
         # Bootstrap has nothing to compare with: one round records the candidate's numbers.
@@ -163,10 +168,11 @@ def benchmark(
         version, benchmark_status="passed" if verdict.passed else "failed", benchmark_reason=verdict.reason
     )
     if not verdict.passed:
-        raise GateFailed(
+        too_slow = GateFailed(
             f"version {version} is too slow against champion {champion} ({verdict.rounds} paired rounds): "
             f"{verdict.reason}"
         )
+        raise withdraw_refused(settings, version, too_slow)
     return {**result, "status": "passed", **_verdict_fields(verdict)}
 
 

@@ -31,6 +31,7 @@ from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.integrity import verify_version
 from mlrelease.serving.triton_client import TritonClient, require_ready
 from mlrelease.serving.triton_repo import model_repository
+from mlrelease.serving.withdraw import withdraw_refused
 from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic
 from mlrelease.timewindow import run_key
@@ -274,8 +275,12 @@ def shadow(settings: Settings, version: int, data_end: datetime, *, plan_path: P
     if held is not None:
         return held
     spec = load_plan(plan_path).shadow
-    for checked in (version, champion):  # the answers judged must come from the exported, checked files
-        verify_version(model_repository(settings), checked, registry=registry)
+    # The answers judged must come from the exported, checked files; a candidate whose file is not leaves the policy.
+    try:
+        verify_version(model_repository(settings), version, registry=registry)
+    except GateFailed as refused:
+        raise withdraw_refused(settings, version, refused) from None
+    verify_version(model_repository(settings), champion, registry=registry)
     url = triton_url()
     require_ready(url, MODEL_NAME, [version, champion])
     rows, cohorts, actual = replay_orders(settings, data_end, spec.samples)
@@ -297,5 +302,6 @@ def shadow(settings: Settings, version: int, data_end: datetime, *, plan_path: P
     write_json_atomic(settings.artifacts_dir / run_key(data_end) / "rollout" / "shadow.json", report)
     registry.tag_version(version, shadow_status=report["status"], shadow_reason="; ".join(found)[:500] or "ok")
     if found:
-        raise GateFailed(f"shadow evaluation of v{version} against v{champion} failed: {'; '.join(found)}")
+        failed = GateFailed(f"shadow evaluation of v{version} against v{champion} failed: {'; '.join(found)}")
+        raise withdraw_refused(settings, version, failed)
     return report

@@ -8,7 +8,6 @@ any answer is compared. Each refusal takes the version out of service (exit 3).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +18,20 @@ from mlrelease.model.features import FEATURES
 from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.rollout.gates import held_by_open_rollout
-from mlrelease.serving.endpoint import disable_everywhere, publish_to_local_server, triton_url
+from mlrelease.serving.endpoint import publish_to_local_server, triton_url
 from mlrelease.serving.integrity import verify_version
-from mlrelease.serving.triton_client import TritonClient, TritonUnreachable
+from mlrelease.serving.triton_client import TritonClient, TritonUnreachable, one_line_reason
 from mlrelease.serving.triton_repo import (
     model_repository,
     parity_file,
-    read_config,
     served_versions,
     set_version_policy,
     versions_present,
 )
+from mlrelease.serving.withdraw import take_out_of_service
 from mlrelease.settings import Settings
 
 SERVING_TOLERANCE = 1e-4
-_STUB_TRACEBACK = re.compile(r"\n\nAt:\n(?:  .*\n?)*")  # "At:" then one indented line per frame
 # numpy dtypes of the Triton types an answer may carry; anything else is named as it is.
 _NUMPY_TYPES = {"TYPE_FP32": np.float32, "TYPE_FP64": np.float64, "TYPE_FP16": np.float16, "TYPE_INT64": np.int64}
 
@@ -58,20 +56,9 @@ def config_mismatches(reported: dict[str, Any], expected_versions: list[int]) ->
 def _take_out_of_service(
     settings: Settings, client: TritonClient, root: Path, registry: Registry, version: int, reason: str
 ) -> GateFailed:
-    """Take a failed version out of service, keep the others loaded, tag it; returns the error to raise.
-
-    The repository's version policy is the record of what should be served, so the failed version is
-    removed there first and Triton reloads from it.
-    """
-    keep = [v for v in read_config(root, MODEL_NAME).version_policy.specific.versions if v != version]
+    """Take a failed version out of service, keep the others loaded, tag it; returns the error to raise."""
     try:
-        if keep:
-            set_version_policy(root, MODEL_NAME, keep)
-            publish_to_local_server(settings, root)
-            client.load(MODEL_NAME)
-        else:  # nothing else to serve: unload, and make sure no later reload brings it back
-            client.unload(MODEL_NAME)
-            disable_everywhere(settings, root)
+        take_out_of_service(settings, client, root, version)
     finally:
         registry.tag_version(version, validation_status="failed", validation_reason=reason[:500])
     return GateFailed(f"version {version} failed serving validation: {reason}")
@@ -83,11 +70,6 @@ def _serve(settings: Settings, root: Path, registry: Registry, version: int) -> 
     set_version_policy(root, MODEL_NAME, versions)
     publish_to_local_server(settings, root, registry=registry)  # verifies every version it is about to serve
     return versions
-
-
-def _one_line(text: str) -> str:
-    """Triton's refusal as one line: the python backend appends the stub's traceback ("At: …") to each reason."""
-    return " ".join(_STUB_TRACEBACK.sub(" ", text).split())
 
 
 def output_problems(answers: dict[str, np.ndarray], n_rows: int, reported: dict[str, Any]) -> list[str]:
@@ -184,7 +166,7 @@ def validate_serving(settings: Settings, version: int, *, revalidate: bool = Fal
     except TritonUnreachable:
         raise
     except StepError as exc:  # Triton answered: it refused the load, or the version never became ready
-        reason, diffs = _one_line(str(exc)), {}
+        reason, diffs = one_line_reason(str(exc)), {}
     if reason is not None:
         raise _take_out_of_service(settings, client, root, registry, version, reason)
     registry.tag_version(version, validation_status="passed")

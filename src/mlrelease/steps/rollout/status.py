@@ -14,13 +14,16 @@ from mlrelease.settings import Settings
 
 def status(settings: Settings) -> dict[str, Any]:
     """Record, routing, MLflow aliases and Triton's loaded versions side by side, with every disagreement named."""
+    from mlrelease.serving.integrity import verify_each
     from mlrelease.serving.reconcile import declared_versions
     from mlrelease.serving.triton_client import TritonClient, TritonUnreachable
+    from mlrelease.serving.triton_repo import model_repository
 
     ctx = RolloutContext.open(settings)
     record = ctx.store.read()
     routing = ctx.router.current()
     declared = declared_versions(settings)
+    _, refused = verify_each(model_repository(settings), declared)  # what a restart's reconcile would refuse, and why
     candidates = sorted({*declared, *(routing.serving_versions() if routing else [])})
     client = TritonClient(ctx.router.triton if hasattr(ctx.router, "triton") else triton_url(), timeout=5)
     try:
@@ -43,7 +46,7 @@ def status(settings: Settings) -> dict[str, Any]:
         "rollout": record.model_dump(mode="json") if record else None,
         "routing": routing.__dict__ if routing else None,
         "aliases": {CHAMPION: view.champion, CHALLENGER: view.challenger},
-        "triton": {"declared": declared, "loaded": loaded},
+        "triton": {"declared": declared, "loaded": loaded, "refused": {str(v): why for v, why in refused.items()}},
         "routing_store": ctx.router.location,
         "metrics_source": ctx.source.location,
     }
