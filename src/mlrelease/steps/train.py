@@ -12,7 +12,7 @@ import numpy as np
 
 from mlrelease.errors import GateFailed, StepError
 from mlrelease.gitinfo import git_commit
-from mlrelease.model.estimator import EtaModel
+from mlrelease.model.entrypoint import fit_candidate, model_params
 from mlrelease.model.evaluate import decide, holdout_metrics, prefixed
 from mlrelease.model.features import FEATURE_SERVICE, FEATURES, TARGET, encode
 from mlrelease.model.tracking import log_native_model, log_training_window
@@ -24,6 +24,7 @@ from mlrelease.model.training_data import (
     window_partitions,
 )
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
+from mlrelease.release_spec import only_spec
 from mlrelease.settings import Settings
 from mlrelease.timewindow import Window, run_key
 
@@ -55,13 +56,23 @@ def train(
     window: Window,
     *,
     training_days: int = 7,
-    holdout_share: float = 0.2,
+    holdout_share: float | None = None,
     mae_tolerance: float = 0.05,
-    min_confidence_ratio: float = 1.2,
+    min_confidence_ratio: float | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Train, evaluate, and register the candidate as `challenger`; refuse (fail) with numbers when it is worse."""
+    """Train, evaluate, and register the candidate as `challenger`; refuse (fail) with numbers when it is worse.
+
+    The model's code and gate thresholds come from its release spec (`training`, `gates`); `holdout_share` and
+    `min_confidence_ratio` given here override the spec's.
+    """
     import mlflow
+
+    spec = only_spec()
+    holdout_share = spec.training.holdout_share if holdout_share is None else holdout_share
+    if min_confidence_ratio is None:
+        min_confidence_ratio = spec.gates.min_confidence_ratio
+    spec.training_function()  # a spec naming code that is not there fails before any data is read
 
     began = time.perf_counter()
     key = run_key(window.end)
@@ -82,7 +93,7 @@ def train(
     X_fit, y_fit = encode(fit_part), fit_part[TARGET].to_numpy()
     X_hold, y_hold = encode(holdout), holdout[TARGET].to_numpy()
 
-    model = EtaModel(random_state=seed).fit(X_fit, y_fit)
+    model = fit_candidate(spec, X_fit, y_fit, seed=seed)
     eta, confidence = model.predict_with_confidence(X_hold)
     metrics = holdout_metrics(eta, confidence, y_hold)
     champion_version = registry.alias_version(CHAMPION)
@@ -97,7 +108,8 @@ def train(
     with mlflow.start_run(experiment_id=registry.experiment_id(), run_name=f"train-{key}") as run:
         mlflow.log_params(
             {
-                **model.get_params(),
+                **model_params(model),
+                "training_entrypoint": spec.training.entrypoint,
                 "training_start": train_window.start.isoformat(),
                 "training_end": train_window.end.isoformat(),
                 "feature_service": FEATURE_SERVICE,
