@@ -34,9 +34,8 @@ PARITY_SAMPLE_ROWS = 256
 
 def _already_trained(registry: Registry, key: str) -> int | None:
     """The version an earlier successful attempt of this run registered, if any (reruns are no-ops)."""
-    found = registry.client().search_model_versions(f"name = '{MODEL_NAME}' and tags.data_interval_end = '{key}'")
-    versions = [int(v.version) for v in found]
-    return max(versions) if versions else None
+    versions = registry.versions_tagged("data_interval_end", key)
+    return versions[-1] if versions else None
 
 
 def _data_quality_summary(settings: Settings, key: str) -> dict[str, Any] | None:
@@ -79,7 +78,7 @@ def train(
     registry = Registry.from_settings(settings)
     existing = _already_trained(registry, key)
     if existing is not None:
-        registry.client().set_registered_model_alias(MODEL_NAME, CHALLENGER, str(existing))
+        registry.set_alias(CHALLENGER, existing)
         return {"model_version": existing, "status": "already trained for this data interval", "run_key": key}
 
     train_window = training_window(window, training_days)
@@ -150,7 +149,7 @@ def train(
             "git_commit": git_commit(),
         },
     )
-    registry.client().set_registered_model_alias(MODEL_NAME, CHALLENGER, version.version)
+    registry.set_alias(CHALLENGER, int(version.version))
     return {
         "model_version": int(version.version),
         "status": "registered as challenger",
