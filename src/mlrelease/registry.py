@@ -82,6 +82,27 @@ class Registry:
         """The MLflow run that produced a version."""
         return str(self.client().get_model_version(MODEL_NAME, str(version)).run_id)
 
+    def set_alias(self, alias: str, version: int) -> None:
+        """Point `alias` at `version` (the commit point of train, bootstrap, promotion and rollback)."""
+        self.client().set_registered_model_alias(MODEL_NAME, alias, str(version))
+
+    def clear_alias(self, alias: str, *, if_version: int | None = None) -> bool:
+        """Delete `alias` (only while it points at `if_version`, when given); whether it was deleted."""
+        current = self.alias_version(alias)
+        if current is None or (if_version is not None and current != if_version):
+            return False
+        self.client().delete_registered_model_alias(MODEL_NAME, alias)
+        return True
+
+    def versions_tagged(self, key: str, value: str) -> list[int]:
+        """Every version whose tag `key` is `value`, oldest first (e.g. the ones a data interval registered)."""
+        found = self.client().search_model_versions(f"name = '{MODEL_NAME}' and tags.{key} = '{value}'")
+        return sorted(int(v.version) for v in found)
+
+    def untag_version(self, version: int, key: str) -> None:
+        """Remove one tag from a model version."""
+        self.client().delete_model_version_tag(MODEL_NAME, str(version), key)
+
     def tag_version(self, version: int, **tags: str) -> None:
         """Set tags on a model version (validation status, reasons, …)."""
         client = self.client()

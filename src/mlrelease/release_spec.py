@@ -2,7 +2,8 @@
 
 The platform owns the pipeline (gates, export, serving, rollout); the spec owns what belongs to one model: its
 name and task, the Feast feature service and label it trains on, its input columns in model order (with the
-vocabulary of each categorical one) and its output contract. Loading validates the whole file and every error
+vocabulary of each categorical one), its output contract, the training code the platform calls (a `module:function`)
+and the thresholds of its training gate. Loading validates the whole file and every error
 names the file and the field. The steps serve one model each today: `only_spec()` is the one the specs folder
 declares (a second spec is refused there, naming both, until every step takes its spec as an argument).
 """
@@ -10,11 +11,13 @@ declares (a second spec is refused there, naming both, until every step takes it
 from __future__ import annotations
 
 import functools
+import importlib
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from mlrelease.errors import StepError
 from mlrelease.settings import REPO_ROOT
@@ -23,6 +26,7 @@ from mlrelease.yamlconfig import StrictModel, load_yaml_model
 SPECS_DIR = REPO_ROOT / "models"
 SPEC_FILE = "release.yaml"
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"  # an MLflow registered model, a Triton model folder and a DAG id part
+ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class Task(StrEnum):
@@ -75,6 +79,31 @@ class Output(StrictModel):
     )
 
 
+class Training(StrictModel):
+    """How a candidate is fitted: the model team's code, called by the platform on the encoded training rows.
+
+    The entrypoint is called as `function(X, y, random_state=seed, **params)` with X the input columns in spec
+    order (float, categoricals as vocabulary indexes) and y the label; it returns a fitted, picklable,
+    sklearn-compatible estimator. The platform owns everything after: holdout gate, registry, export, serving.
+    """
+
+    entrypoint: str = Field(
+        pattern=ENTRYPOINT_PATTERN, description="an importable `package.module:function` (installed with the steps)"
+    )
+    params: dict[str, bool | int | float | str] = Field(
+        default_factory=dict, description="keyword arguments of the entrypoint (logged as the run's parameters)"
+    )
+    holdout_share: float = Field(0.2, gt=0.0, lt=0.5, description="latest share of the window held out to judge")
+
+
+class RegressionGates(StrictModel):
+    """The training gate's thresholds for a regression model with a confidence score (besides the run's MAE bound)."""
+
+    min_confidence_ratio: float = Field(
+        1.2, ge=1.0, description="least- over most-confident fifth's mean error on the holdout must reach this"
+    )
+
+
 class ReleaseSpec(StrictModel):
     """Everything about one model that the pipeline needs (see module docstring)."""
 
@@ -83,6 +112,9 @@ class ReleaseSpec(StrictModel):
     description: str = ""
     features: Features
     outputs: tuple[Output, ...] = Field(min_length=1)
+    training: Training
+    gates: RegressionGates = Field(default_factory=RegressionGates)
+    _path: Path | None = PrivateAttr(default=None)  # the file it was read from, for errors raised after loading
 
     @model_validator(mode="after")
     def _check(self) -> ReleaseSpec:
@@ -109,6 +141,26 @@ class ReleaseSpec(StrictModel):
         """The output that says how sure the model is, if it declares one."""
         return next((o for o in self.outputs if o.role == "score"), None)
 
+    @property
+    def source(self) -> str:
+        """Where the spec came from, for error messages: its file, or its name when built in code."""
+        return f"release spec {self._path}" if self._path else f"release spec of {self.name}"
+
+    def training_function(self) -> Callable[..., Any]:
+        """The callable `training.entrypoint` names, imported now; an error names the spec, the field and why."""
+        module_name, _, attribute = self.training.entrypoint.partition(":")
+        where = f"{self.source}: training.entrypoint {self.training.entrypoint!r}"
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:  # ModuleNotFoundError, or the module's own imports failing
+            raise StepError(f"{where}: module {module_name} cannot be imported: {exc}") from None
+        function = getattr(module, attribute, None)
+        if function is None:
+            raise StepError(f"{where}: module {module_name} has no {attribute}")
+        if not callable(function):
+            raise StepError(f"{where}: {attribute} is a {type(function).__name__}, not a function")
+        return function
+
     def prediction_and_score(self) -> tuple[str, str]:
         """(prediction, score) output names, for the parts that serve both (the exporter, the gateway's client)."""
         if self.score is None:
@@ -124,6 +176,7 @@ def load_spec(path: Path) -> ReleaseSpec:
             f"release spec {path} is invalid: name: {spec.name!r} differs from its folder {path.parent.name!r} "
             f"(a model lives in models/<name>/{SPEC_FILE})"
         )
+    spec._path = path
     return spec
 
 

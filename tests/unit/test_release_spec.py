@@ -60,8 +60,24 @@ def test_the_repository_declares_the_parcel_model_and_the_code_reads_it():
         ),
         ({"outputs": [{"name": "a", "role": "answer"}]}, "outputs.0.role: Input should be 'prediction' or 'score'"),
         ({"outputs": []}, "outputs: Tuple should have at least 1 item"),
+        ({"training": {**PARCEL["training"], "holdout_share": 0.7}}, "training.holdout_share: Input should be less"),
+        ({"training": {"params": {}}}, "training.entrypoint: Field required"),
+        ({"gates": {"min_confidence_ratio": 0.5}}, "gates.min_confidence_ratio: Input should be greater than or"),
     ],
-    ids=["task", "name", "typo", "repeat", "vocabulary", "label", "two-predictions", "role", "no-outputs"],
+    ids=[
+        "task",
+        "name",
+        "typo",
+        "repeat",
+        "vocabulary",
+        "label",
+        "two-predictions",
+        "role",
+        "no-outputs",
+        "holdout",
+        "no-entrypoint",
+        "gate",
+    ],
 )
 def test_a_bad_spec_is_refused_naming_the_file_and_the_field(tmp_path, change, complaint):
     path = _write(tmp_path, {**PARCEL, **change}, name="parcel_eta")

@@ -59,3 +59,22 @@ class EtaModel(RegressorMixin, BaseEstimator):
         eta = self.point_.predict(X)
         confidence = np.exp(-self.k_ * np.maximum(self.spread_.predict(X), 0.0))
         return eta, confidence
+
+
+def fit_eta_model(
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    random_state: int = 0,
+    max_iter: int = 200,
+    learning_rate: float = 0.1,
+    calibration_quantile: float = 0.99,
+) -> EtaModel:
+    """The parcel ETA model's training entrypoint (its release spec's `training.entrypoint`): a fitted EtaModel."""
+    model = EtaModel(
+        max_iter=max_iter,
+        learning_rate=learning_rate,
+        calibration_quantile=calibration_quantile,
+        random_state=random_state,
+    )
+    return model.fit(X, y)

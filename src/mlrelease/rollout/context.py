@@ -112,13 +112,11 @@ class RolloutContext:
     def retire_candidate(self, record: RolloutRecord, reason: str) -> dict[str, object]:
         """After traffic left it: unload the candidate (after a drain), restore aliases, tag the version."""
         time.sleep(DRAIN_S)
-        client = self.registry.client()
         champion = self.registry.alias_version(CHAMPION)
         if champion != record.stable_version and champion in (None, record.candidate_version):
-            client.set_registered_model_alias(MODEL_NAME, CHAMPION, str(record.stable_version))
+            self.registry.set_alias(CHAMPION, record.stable_version)
             champion = record.stable_version
-        if self.registry.alias_version(CHALLENGER) == record.candidate_version:
-            client.delete_registered_model_alias(MODEL_NAME, CHALLENGER)
+        self.registry.clear_alias(CHALLENGER, if_version=record.candidate_version)
         serving = self.serve_only([record.stable_version])
         self.registry.tag_version(record.candidate_version, rollout_status="rolled_back", rollout_reason=reason[:500])
         return {"champion_version": champion, "serving_versions": serving}

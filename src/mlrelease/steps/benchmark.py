@@ -161,7 +161,7 @@ def benchmark(
     if verdict is None:
         registry.tag_version(version, benchmark_status="passed", benchmark_reason="no champion to compare against")
         if champion is None:
-            registry.client().set_registered_model_alias(MODEL_NAME, CHAMPION, str(version))
+            registry.set_alias(CHAMPION, version)
             return {**result, "status": "bootstrap: no champion yet; this version becomes champion"}
         return {**result, "status": "this version is already champion"}
     registry.tag_version(

@@ -176,7 +176,7 @@ def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARIT
         if REGISTRY_TAG in tags:
             # A digest recorded for a directory that no longer exists (a reset repository): this export's bytes
             # supersede it, and a stale tag would refuse them on every later step.
-            registry.client().delete_model_version_tag(MODEL_NAME, str(version), REGISTRY_TAG)
+            registry.untag_version(version, REGISTRY_TAG)
         model_bytes, parity_diff = _convert_and_check(
             registry, registry.load_native(version), version, sample, tolerance
         )

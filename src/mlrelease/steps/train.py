@@ -12,7 +12,7 @@ import numpy as np
 
 from mlrelease.errors import GateFailed, StepError
 from mlrelease.gitinfo import git_commit
-from mlrelease.model.estimator import EtaModel
+from mlrelease.model.entrypoint import fit_candidate, model_params
 from mlrelease.model.evaluate import decide, holdout_metrics, prefixed
 from mlrelease.model.features import FEATURE_SERVICE, FEATURES, TARGET, encode
 from mlrelease.model.tracking import log_native_model, log_training_window
@@ -24,6 +24,7 @@ from mlrelease.model.training_data import (
     window_partitions,
 )
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
+from mlrelease.release_spec import only_spec
 from mlrelease.settings import Settings
 from mlrelease.timewindow import Window, run_key
 
@@ -33,9 +34,8 @@ PARITY_SAMPLE_ROWS = 256
 
 def _already_trained(registry: Registry, key: str) -> int | None:
     """The version an earlier successful attempt of this run registered, if any (reruns are no-ops)."""
-    found = registry.client().search_model_versions(f"name = '{MODEL_NAME}' and tags.data_interval_end = '{key}'")
-    versions = [int(v.version) for v in found]
-    return max(versions) if versions else None
+    versions = registry.versions_tagged("data_interval_end", key)
+    return versions[-1] if versions else None
 
 
 def _data_quality_summary(settings: Settings, key: str) -> dict[str, Any] | None:
@@ -55,20 +55,30 @@ def train(
     window: Window,
     *,
     training_days: int = 7,
-    holdout_share: float = 0.2,
+    holdout_share: float | None = None,
     mae_tolerance: float = 0.05,
-    min_confidence_ratio: float = 1.2,
+    min_confidence_ratio: float | None = None,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Train, evaluate, and register the candidate as `challenger`; refuse (fail) with numbers when it is worse."""
+    """Train, evaluate, and register the candidate as `challenger`; refuse (fail) with numbers when it is worse.
+
+    The model's code and gate thresholds come from its release spec (`training`, `gates`); `holdout_share` and
+    `min_confidence_ratio` given here override the spec's.
+    """
     import mlflow
+
+    spec = only_spec()
+    holdout_share = spec.training.holdout_share if holdout_share is None else holdout_share
+    if min_confidence_ratio is None:
+        min_confidence_ratio = spec.gates.min_confidence_ratio
+    spec.training_function()  # a spec naming code that is not there fails before any data is read
 
     began = time.perf_counter()
     key = run_key(window.end)
     registry = Registry.from_settings(settings)
     existing = _already_trained(registry, key)
     if existing is not None:
-        registry.client().set_registered_model_alias(MODEL_NAME, CHALLENGER, str(existing))
+        registry.set_alias(CHALLENGER, existing)
         return {"model_version": existing, "status": "already trained for this data interval", "run_key": key}
 
     train_window = training_window(window, training_days)
@@ -82,7 +92,7 @@ def train(
     X_fit, y_fit = encode(fit_part), fit_part[TARGET].to_numpy()
     X_hold, y_hold = encode(holdout), holdout[TARGET].to_numpy()
 
-    model = EtaModel(random_state=seed).fit(X_fit, y_fit)
+    model = fit_candidate(spec, X_fit, y_fit, seed=seed)
     eta, confidence = model.predict_with_confidence(X_hold)
     metrics = holdout_metrics(eta, confidence, y_hold)
     champion_version = registry.alias_version(CHAMPION)
@@ -97,7 +107,8 @@ def train(
     with mlflow.start_run(experiment_id=registry.experiment_id(), run_name=f"train-{key}") as run:
         mlflow.log_params(
             {
-                **model.get_params(),
+                **model_params(model),
+                "training_entrypoint": spec.training.entrypoint,
                 "training_start": train_window.start.isoformat(),
                 "training_end": train_window.end.isoformat(),
                 "feature_service": FEATURE_SERVICE,
@@ -138,7 +149,7 @@ def train(
             "git_commit": git_commit(),
         },
     )
-    registry.client().set_registered_model_alias(MODEL_NAME, CHALLENGER, version.version)
+    registry.set_alias(CHALLENGER, int(version.version))
     return {
         "model_version": int(version.version),
         "status": "registered as challenger",

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from mlrelease.errors import GateFailed, Skipped, StepError
-from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME
+from mlrelease.registry import CHALLENGER, CHAMPION
 from mlrelease.rollout.context import RolloutContext
 from mlrelease.rollout.machine import Action, ActionKind, Phase, apply
 from mlrelease.rollout.store import now_utc
@@ -48,10 +48,8 @@ def promote(
     now = now_utc()
     state = apply(record, Action(ActionKind.PROMOTE, record.stage, reason="promoted"), record.plan, now)
     routing = ctx.route(record, state, "promote")  # traffic first; the alias is the commit point
-    client = ctx.registry.client()
-    client.set_registered_model_alias(MODEL_NAME, CHAMPION, str(version))
-    if ctx.registry.alias_version(CHALLENGER) == version:
-        client.delete_registered_model_alias(MODEL_NAME, CHALLENGER)
+    ctx.registry.set_alias(CHAMPION, version)
+    ctx.registry.clear_alias(CHALLENGER, if_version=version)
     unload_after = now + timedelta(seconds=record.plan.keep_previous_s[record.profile])
     ctx.registry.tag_version(version, rollout_status="promoted_by_hand" if by_hand else "promoted")
     ctx.registry.tag_version(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlrelease.errors import Skipped, StepError
-from mlrelease.registry import CHAMPION, MODEL_NAME
+from mlrelease.registry import CHAMPION
 from mlrelease.rollout.context import RolloutContext
 from mlrelease.rollout.machine import Action, ActionKind, Phase, apply, next_action
 from mlrelease.rollout.store import RolloutRecord, now_utc
@@ -115,6 +115,6 @@ def rollback_to(settings: Settings, target: int, *, reason: str) -> dict[str, An
     from mlrelease.rollout.traffic_router import Routing
 
     routing = ctx.router.apply(Routing(stable_version=target), reason=reason, clear_trips=True)
-    ctx.registry.client().set_registered_model_alias(MODEL_NAME, CHAMPION, str(target))
+    ctx.registry.set_alias(CHAMPION, target)
     ctx.registry.tag_version(target, rollout_status="restored", rollout_reason=reason[:500])
     return {"status": f"v{target} is champion and serves all traffic", "routing_revision": routing.revision}
