@@ -17,11 +17,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from mlrelease.errors import StepError
 from mlrelease.settings import REPO_ROOT
-from mlrelease.yamlconfig import StrictModel, load_yaml_model
+from mlrelease.yamlconfig import StrictModel, load_yaml_model, validation_problems
 
 SPECS_DIR = REPO_ROOT / "models"
 SPEC_FILE = "release.yaml"
@@ -104,6 +104,24 @@ class RegressionGates(StrictModel):
     )
 
 
+class ClassificationGates(StrictModel):
+    """The training gate's thresholds for a binary classifier's probability."""
+
+    log_loss_tolerance: float = Field(0.02, ge=0.0, description="relative holdout log-loss excess over the champion")
+    auc_tolerance: float = Field(0.01, ge=0.0, le=0.5, description="absolute holdout AUC drop below the champion")
+    max_calibration_error: float = Field(0.05, gt=0.0, le=1.0, description="expected calibration error bound")
+    max_positive_rate_gap: float = Field(
+        0.02, gt=0.0, le=1.0, description="|mean probability - observed positive rate| bound on the holdout"
+    )
+    min_auc: float = Field(0.55, ge=0.5, le=1.0, description="a candidate that ranks no better than this is refused")
+
+
+GATES_BY_TASK: dict[Task, type[StrictModel]] = {
+    Task.REGRESSION: RegressionGates,
+    Task.BINARY_CLASSIFICATION: ClassificationGates,
+}
+
+
 class ReleaseSpec(StrictModel):
     """Everything about one model that the pipeline needs (see module docstring)."""
 
@@ -113,8 +131,25 @@ class ReleaseSpec(StrictModel):
     features: Features
     outputs: tuple[Output, ...] = Field(min_length=1)
     training: Training
-    gates: RegressionGates = Field(default_factory=RegressionGates)
+    gates: RegressionGates | ClassificationGates = Field(
+        default=None, validate_default=True, description="the training gate's thresholds; which ones: by task"
+    )
     _path: Path | None = PrivateAttr(default=None)  # the file it was read from, for errors raised after loading
+
+    @field_validator("gates", mode="before")
+    @classmethod
+    def _gates_of_the_task(cls, raw: Any, info: ValidationInfo) -> Any:
+        """Read `gates` as the thresholds of the spec's task (an unknown threshold for that task is an error)."""
+        task = info.data.get("task")
+        if task is None:  # the task itself is invalid: that error is enough
+            return raw
+        schema = GATES_BY_TASK[task]
+        if isinstance(raw, schema):
+            return raw
+        try:
+            return schema.model_validate(raw or {})
+        except ValidationError as exc:
+            raise ValueError(f"the gates of a {task} model: {validation_problems(exc)}") from None
 
     @model_validator(mode="after")
     def _check(self) -> ReleaseSpec:

@@ -286,3 +286,39 @@ def test_imports_down_the_layers_and_lazy_allowed_ones_pass():
 def test_relative_imports_resolve_to_their_module():
     found = [i.target for i in imports("mlrelease.rollout.context", "from ..steps import export")]
     assert found == ["mlrelease.steps", "mlrelease.steps.export"]
+
+
+def import_cycles(found: list[Import], package: str) -> list[list[str]]:
+    """Cycles among the modules of `package` (every import counts, lazy ones too), each as a path back to its start."""
+    modules = {imp.source for imp in found if imp.source.startswith(package + ".")}
+    edges = {m: sorted({i.target for i in found if i.source == m and i.target in modules} - {m}) for m in modules}
+    cycles, done = [], set()
+
+    def visit(module: str, path: list[str]) -> None:
+        for nxt in edges[module]:
+            if nxt in path:
+                cycles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in done:
+                visit(nxt, [*path, nxt])
+        done.add(module)
+
+    for start in sorted(modules):
+        if start not in done:
+            visit(start, [start])
+    return cycles
+
+
+def test_serving_has_no_import_cycle(product_imports):
+    # up/down (local_triton), the supervisor, reconcile and endpoint read the local server's layout from a leaf
+    # module (local_layout) instead of importing one another
+    assert import_cycles(product_imports, f"{PRODUCT}.serving") == []
+
+
+def test_an_import_cycle_is_found_through_a_lazy_import():
+    found = [
+        *imports("pkg.a", "import pkg.b\n"),
+        *imports("pkg.b", "def f():\n    from pkg.c import g\n"),
+        *imports("pkg.c", "from pkg import a\n"),
+        *imports("pkg.d", "import pkg.a\n"),
+    ]
+    assert import_cycles(found, "pkg") == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]

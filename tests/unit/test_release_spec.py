@@ -62,7 +62,10 @@ def test_the_repository_declares_the_parcel_model_and_the_code_reads_it():
         ({"outputs": []}, "outputs: Tuple should have at least 1 item"),
         ({"training": {**PARCEL["training"], "holdout_share": 0.7}}, "training.holdout_share: Input should be less"),
         ({"training": {"params": {}}}, "training.entrypoint: Field required"),
-        ({"gates": {"min_confidence_ratio": 0.5}}, "gates.min_confidence_ratio: Input should be greater than or"),
+        (
+            {"gates": {"min_confidence_ratio": 0.5}},
+            "gates: Value error, the gates of a regression model: min_confidence_ratio: Input should be greater",
+        ),
     ],
     ids=[
         "task",
@@ -112,7 +115,7 @@ def test_serving_needs_a_score_output(tmp_path):
 
 def test_models_list_prints_every_declared_model(tmp_path, capsys):
     _write(tmp_path, PARCEL)
-    _write(tmp_path, {**PARCEL, "name": "late_delivery", "task": "binary_classification"})
+    _write(tmp_path, {**PARCEL, "name": "late_delivery", "task": "binary_classification", "gates": {}})
     assert main(["models", "list", "--specs", str(tmp_path)]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [(m["name"], m["task"]) for m in listed["models"]] == [

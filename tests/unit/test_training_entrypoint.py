@@ -70,7 +70,11 @@ def test_another_entrypoint_is_called_with_the_rows_seed_and_params(team_module)
         ("team_models:fit_missing", {}, "module team_models has no fit_missing"),
         ("team_models:not_a_function", {}, "not_a_function is a int, not a function"),
         ("team_models:fit_scored", {"fit_intercpt": True}, "cannot take training.params {'fit_intercpt': True}"),
-        ("team_models:fit_plain", {}, "returned a LinearRegression, which has no predict_with_confidence(X)"),
+        (
+            "team_models:fit_plain",
+            {},
+            "returned a LinearRegression, which has no predict_with_confidence(X) -> (prediction, score): a regression",
+        ),
     ],
 )
 def test_a_wrong_entrypoint_is_named_with_the_spec_and_the_field(team_module, entrypoint, params, complaint):

@@ -8,10 +8,19 @@ from typing import Any
 import numpy as np
 
 from mlrelease.errors import StepError
-from mlrelease.release_spec import ReleaseSpec
+from mlrelease.release_spec import ReleaseSpec, Task
 
-# What the platform calls on a fitted model whose spec declares a prediction and a score output.
-SCORED_METHOD = "predict_with_confidence"
+SCORED_METHOD = "predict_with_confidence"  # a regression model with a score output: (prediction, score)
+PROBABILITY_METHOD = "predict_proba"  # a binary classifier: [P(0), P(1)] per row, as sklearn's classifiers
+
+
+def required_method(spec: ReleaseSpec) -> str:
+    """The method the platform calls on a fitted model of this spec's task and outputs, with what it returns."""
+    if spec.task is Task.BINARY_CLASSIFICATION:
+        return f"{PROBABILITY_METHOD}(X) -> [[P(0), P(1)], ...]"
+    if spec.score is not None:
+        return f"{SCORED_METHOD}(X) -> (prediction, score)"
+    return "predict(X) -> prediction"
 
 
 def fit_candidate(spec: ReleaseSpec, X: np.ndarray, y: np.ndarray, *, seed: int) -> Any:
@@ -25,10 +34,11 @@ def fit_candidate(spec: ReleaseSpec, X: np.ndarray, y: np.ndarray, *, seed: int)
     except ValueError:  # a builtin or C function without a signature: let the call itself tell
         pass
     model = function(X, y, random_state=seed, **spec.training.params)
-    if spec.score is not None and not callable(getattr(model, SCORED_METHOD, None)):
+    wanted = required_method(spec)
+    if not callable(getattr(model, wanted.split("(", 1)[0], None)):
         raise StepError(
-            f"{where} returned a {type(model).__name__}, which has no {SCORED_METHOD}(X) -> (prediction, score): "
-            f"the spec's outputs {list(spec.output_names)} need one"
+            f"{where} returned a {type(model).__name__}, which has no {wanted}: a {spec.task} model with outputs "
+            f"{list(spec.output_names)} needs one"
         )
     return model
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from mlrelease.registry import MODEL_NAME
 from mlrelease.serving.cpu_repo import sync_cpu_repository
 from mlrelease.serving.integrity import verify_policy
-from mlrelease.serving.local_triton import Ports, TritonPaths
+from mlrelease.serving.local_layout import Ports, TritonPaths
 from mlrelease.serving.triton_repo import disable_config, read_config
 from mlrelease.settings import Settings
 

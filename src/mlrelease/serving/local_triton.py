@@ -8,7 +8,6 @@ declared versions after every start, as the Triton Deployment does on Kubernetes
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -16,144 +15,51 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import requests
 
 from mlrelease.errors import StepError
-from mlrelease.settings import REPO_ROOT, Settings
+from mlrelease.serving.local_layout import (
+    FAILED,
+    PY_VERSION,
+    RECONCILING,
+    SERVING,
+    SUPERVISOR_MODULE,
+    Ports,
+    TritonPaths,
+    is_ready,
+    prepare_backends,
+    running_pid,
+    server_argv,
+    supervisor_pid,
+    supervisor_state,
+    toolchain_env,
+)
+from mlrelease.serving.reconcile import RELOAD_TIMEOUT_S, reconcile, refusal_lines
+from mlrelease.settings import Settings
 from mlrelease.storage import file_lock, write_text_atomic
 
+# The layout's names stay importable from here, where `mlrelease triton` users and tests have always found them.
+__all__ = [
+    "PY_VERSION",
+    "Ports",
+    "TritonPaths",
+    "down",
+    "is_ready",
+    "perf_analyzer_command",
+    "prepare_backends",
+    "running_pid",
+    "server_argv",
+    "status",
+    "supervisor_pid",
+    "supervisor_state",
+    "toolchain_env",
+    "up",
+]
+
 log = logging.getLogger(__name__)
-
-PY_VERSION = "3.11"
-
-
-@dataclass(frozen=True)
-class TritonPaths:
-    """Where the toolchain environment and the server's state live."""
-
-    venv: Path
-    state: Path
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> TritonPaths:
-        """Paths from MLRELEASE_TRITON_VENV (default .venv-triton in the repo) and MLRELEASE_HOME."""
-        venv = Path(os.environ.get("MLRELEASE_TRITON_VENV", REPO_ROOT / ".venv-triton")).resolve()
-        return cls(venv=venv, state=settings.home / "triton")
-
-    @property
-    def site_packages(self) -> Path:
-        """The toolchain environment's site-packages."""
-        return self.venv / "lib" / f"python{PY_VERSION}" / "site-packages"
-
-    @property
-    def server_binary(self) -> Path:
-        """The tritonserver executable shipped in the nvidia-pytriton wheel."""
-        return self.site_packages / "pytriton" / "tritonserver" / "bin" / "tritonserver"
-
-    @property
-    def perf_analyzer(self) -> Path:
-        """The perf_analyzer executable shipped in the tritonclient 2.51 wheel."""
-        return self.venv / "bin" / "perf_analyzer"
-
-    @property
-    def pid_file(self) -> Path:
-        """PID of the running server."""
-        return self.state / "tritonserver.pid"
-
-    @property
-    def log_file(self) -> Path:
-        """The server's log."""
-        return self.state / "tritonserver.log"
-
-    @property
-    def supervisor_pid_file(self) -> Path:
-        """PID of the supervisor that restarts the server (`triton_supervisor`)."""
-        return self.state / "supervisor.pid"
-
-    @property
-    def supervisor_state(self) -> Path:
-        """The supervisor's state: phase, server pid, restarts and the last restart's reason (JSON)."""
-        return self.state / "supervisor.json"
-
-    @property
-    def supervisor_log(self) -> Path:
-        """The supervisor's log: every start, restart (with its reason) and reconcile."""
-        return self.state / "supervisor.log"
-
-    @property
-    def control_lock(self) -> Path:
-        """Held by `up` and `down`, so two of them never start two supervisors or race a stop."""
-        return self.state / "control.lock"
-
-    @property
-    def cpu_repository(self) -> Path:
-        """The derived CPU model repository the local server serves."""
-        return self.state / "cpu_repository"
-
-    @property
-    def backends(self) -> Path:
-        """Backend directory assembled for this environment's Python."""
-        return self.state / "backends"
-
-
-def toolchain_env(paths: TritonPaths) -> dict[str, str]:
-    """Environment for tritonserver and perf_analyzer: their bundled libs, the venv's libpython and CUDA runtime."""
-    if not (paths.venv / "bin" / "python").is_file():
-        raise StepError(f"the Triton toolchain environment {paths.venv} is missing: build it with `make setup`")
-    libdir = subprocess.run(
-        [str(paths.venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    libs = [paths.site_packages / "nvidia_pytriton.libs", Path(libdir), paths.site_packages / "nvidia/cuda_runtime/lib"]
-    return {
-        **os.environ,
-        "LD_LIBRARY_PATH": ":".join(str(p) for p in libs),
-        # The python backend's stub finds numpy and onnxruntime through `python3` on PATH.
-        "PATH": f"{paths.venv / 'bin'}:{os.environ.get('PATH', '')}",
-    }
-
-
-def prepare_backends(paths: TritonPaths) -> None:
-    """Assemble backends/python: the backend library plus the stub built for this Python version."""
-    source = paths.site_packages / "pytriton" / "tritonserver"
-    target = paths.backends / "python"
-    target.mkdir(parents=True, exist_ok=True)
-    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
-        if not (target / name).exists():
-            shutil.copy2(source / "backends" / "python" / name, target / name)
-    stub = target / "triton_python_backend_stub"
-    if not stub.exists():
-        shutil.copy2(source / "python_backend_stubs" / PY_VERSION / "triton_python_backend_stub", stub)
-
-
-@dataclass(frozen=True)
-class Ports:
-    """The server's loopback ports (MLRELEASE_TRITON_HTTP_PORT / _GRPC_PORT / _METRICS_PORT)."""
-
-    http: int
-    grpc: int
-    metrics: int
-
-    @classmethod
-    def from_env(cls) -> Ports:
-        """Ports from the environment, Triton's defaults otherwise."""
-        get = os.environ.get
-        return cls(
-            int(get("MLRELEASE_TRITON_HTTP_PORT", 8000)),
-            int(get("MLRELEASE_TRITON_GRPC_PORT", 8001)),
-            int(get("MLRELEASE_TRITON_METRICS_PORT", 8002)),
-        )
-
-    @property
-    def http_url(self) -> str:
-        """Base URL of the HTTP/REST endpoint."""
-        return f"http://127.0.0.1:{self.http}"
 
 
 def perf_analyzer_command(settings: Settings) -> tuple[Path, dict[str, str]]:
@@ -169,70 +75,6 @@ def perf_analyzer_command(settings: Settings) -> tuple[Path, dict[str, str]]:
         return Path(found), dict(os.environ)
     paths = TritonPaths.from_settings(settings)
     return paths.perf_analyzer, toolchain_env(paths)
-
-
-def server_argv(paths: TritonPaths, ports: Ports) -> list[str]:
-    """The tritonserver command line: explicit model control over the CPU mirror, loopback only."""
-    return [
-        str(paths.server_binary),
-        f"--model-repository={paths.cpu_repository}",
-        f"--backend-directory={paths.backends}",
-        "--model-control-mode=explicit",
-        "--exit-on-error=false",  # one bad candidate must not take the stable model down with it
-        # As on Kubernetes: ready means the server answers; a version that failed to load (refused by its integrity
-        # check) must not make the whole server unready while the other versions serve.
-        "--strict-readiness=false",
-        "--exit-timeout-secs=5",  # on stop, idle keep-alive clients would otherwise hold it for 30 s
-        "--http-address=127.0.0.1",
-        f"--http-port={ports.http}",
-        "--grpc-address=127.0.0.1",
-        f"--grpc-port={ports.grpc}",
-        "--metrics-address=127.0.0.1",
-        f"--metrics-port={ports.metrics}",
-    ]
-
-
-def _live_pid(pid_file: Path, marker: bytes) -> int | None:
-    """The pid recorded in `pid_file` if that process is alive, not a zombie, and its command line has `marker`."""
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    proc = Path(f"/proc/{pid}")
-    try:
-        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        cmdline = (proc / "cmdline").read_bytes()
-    except (OSError, IndexError):
-        return None
-    return pid if state != "Z" and marker in cmdline else None
-
-
-def running_pid(paths: TritonPaths) -> int | None:
-    """The recorded server's pid if that process is alive and really is a tritonserver (not a zombie, not reused)."""
-    return _live_pid(paths.pid_file, b"tritonserver")
-
-
-def supervisor_pid(paths: TritonPaths) -> int | None:
-    """The recorded supervisor's pid if it is alive (not a zombie, not a reused pid)."""
-    from mlrelease.serving.triton_supervisor import MODULE
-
-    return _live_pid(paths.supervisor_pid_file, MODULE.encode())
-
-
-def supervisor_state(paths: TritonPaths) -> dict[str, Any]:
-    """What the supervisor last recorded (empty when it never ran here)."""
-    try:
-        return dict(json.loads(paths.supervisor_state.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return {}
-
-
-def is_ready(ports: Ports) -> bool:
-    """Whether the server answers ready on its HTTP endpoint."""
-    try:
-        return requests.get(f"{ports.http_url}/v2/health/ready", timeout=1).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
@@ -272,8 +114,6 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
         if failure is not None:  # a failed `up` leaves no supervisor and no server behind
             _stop(paths)
             raise StepError(failure)
-        from mlrelease.serving.reconcile import refusal_lines
-
         for line in refusal_lines(state["serving"]):  # the rest is served; the supervisor keeps trying this one
             log.error("%s", line)
         return {
@@ -288,8 +128,6 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
 
 def _nothing_served(state: dict[str, Any]) -> str | None:
     """Why a freshly started server is of no use (None when it serves what it can): no reconcile, or all refused."""
-    from mlrelease.serving.reconcile import refusal_lines
-
     if state.get("reconcile_error"):
         return f"tritonserver started but its declared versions could not be loaded: {state['reconcile_error']}"
     serving = state.get("serving") or {}
@@ -300,14 +138,12 @@ def _nothing_served(state: dict[str, Any]) -> str | None:
 
 def _start_supervisor(settings: Settings, paths: TritonPaths, timeout_s: float) -> int:
     """`python -m mlrelease.serving.triton_supervisor` detached: its own session, its own log, our environment."""
-    from mlrelease.serving.triton_supervisor import MODULE
-
     paths.supervisor_state.unlink(missing_ok=True)  # `up` waits for this supervisor's own first record
     # The caller's environment (ports, MLRELEASE_*), with the paths this call resolved made explicit.
     env = {**os.environ, "MLRELEASE_HOME": str(settings.home), "MLRELEASE_TRITON_VENV": str(paths.venv)}
     with open(paths.supervisor_log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", MODULE, "--start-timeout", str(timeout_s)],
+            [sys.executable, "-m", SUPERVISOR_MODULE, "--start-timeout", str(timeout_s)],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=out,  # never the caller's stdout: `mlrelease triton up | grep` must not wait for the supervisor
@@ -323,8 +159,6 @@ def _wait_serving(
     paths: TritonPaths, ports: Ports, supervisor: int, timeout_s: float, *, started_here: bool
 ) -> dict[str, Any]:
     """Wait until the supervisor reports the server ready and reconciled; its state. A StepError says why not."""
-    from mlrelease.serving.reconcile import RELOAD_TIMEOUT_S
-    from mlrelease.serving.triton_supervisor import FAILED, RECONCILING, SERVING
 
     began = time.monotonic()
     while True:
@@ -350,8 +184,6 @@ def _wait_serving(
 
 
 def _supervisor_view(paths: TritonPaths, pid: int | None, state: dict[str, Any]) -> dict[str, Any]:
-    from mlrelease.serving.reconcile import refusal_lines
-
     return {
         "pid": pid,
         "running": pid is not None,
@@ -375,8 +207,6 @@ def _tail(path: Path, lines: int = 5) -> str:
 
 def _reconciled(settings: Settings, ports: Ports) -> dict[str, Any]:
     """Load what the repository's policy declares (a restarted server serves the same versions again)."""
-    from mlrelease.serving.reconcile import reconcile
-
     return reconcile(settings, ports.http_url)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from mlrelease.errors import StepError
 from mlrelease.registry import MODEL_NAME
+from mlrelease.serving.endpoint import load_only
 from mlrelease.serving.integrity import verify_each
 from mlrelease.serving.triton_client import TritonClient, TritonUnreachable, one_line_reason
 from mlrelease.serving.triton_repo import model_repository, read_config
@@ -70,8 +71,6 @@ def _load(
     settings: Settings, client: TritonClient, root: Path, verified: list[int], missing: list[int], timeout_s: float
 ) -> dict[int, str]:
     """Load the verified versions; the missing ones Triton refused or never made ready, with why."""
-    from mlrelease.serving.endpoint import load_only
-
     try:
         load_only(settings, client, root, verified)
     except TritonUnreachable:

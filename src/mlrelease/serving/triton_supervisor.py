@@ -35,7 +35,14 @@ from typing import Any
 import requests
 
 from mlrelease.errors import StepError
-from mlrelease.serving.local_triton import (
+from mlrelease.serving.local_layout import (
+    BACKOFF,
+    FAILED,
+    RECONCILING,
+    SERVING,
+    STARTING,
+    STOPPED,
+    SUPERVISOR_MODULE,
     Ports,
     TritonPaths,
     is_ready,
@@ -44,25 +51,17 @@ from mlrelease.serving.local_triton import (
     server_argv,
     toolchain_env,
 )
+from mlrelease.serving.reconcile import reconcile, refusal_lines
+from mlrelease.serving.triton_client import TritonUnreachable
 from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic, write_text_atomic
 
 log = logging.getLogger("mlrelease.triton_supervisor")
-MODULE = "mlrelease.serving.triton_supervisor"  # also how `up`/`down` recognise the process in /proc
+MODULE = SUPERVISOR_MODULE
 
 # A python-backend stub's shared memory; a server killed with SIGKILL leaves its stubs' regions behind (1 MB each).
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "triton_python_backend_shm_region_"
-
-# Phases in supervisor.json.
-STARTING, RECONCILING, SERVING, BACKOFF, FAILED, STOPPED = (
-    "starting",
-    "reconciling",
-    "serving",
-    "backoff",
-    "failed",
-    "stopped",
-)
 
 
 @dataclass(frozen=True)
@@ -275,8 +274,6 @@ class Supervisor:
 
     def _reconcile(self) -> None:
         """Load what the repository's policy declares; a refusal is recorded and retried, never fatal."""
-        from mlrelease.serving.reconcile import reconcile, refusal_lines
-        from mlrelease.serving.triton_client import TritonUnreachable
 
         self._save(phase=RECONCILING)
         try:

@@ -13,8 +13,9 @@ import numpy as np
 from mlrelease.errors import GateFailed, StepError
 from mlrelease.gitinfo import git_commit
 from mlrelease.model.entrypoint import fit_candidate, model_params
-from mlrelease.model.evaluate import decide, holdout_metrics, prefixed
+from mlrelease.model.evaluate import prefixed
 from mlrelease.model.features import FEATURE_SERVICE, FEATURES, TARGET, encode
+from mlrelease.model.gate import judge
 from mlrelease.model.tracking import log_native_model, log_training_window
 from mlrelease.model.training_data import (
     historical_frame,
@@ -69,8 +70,9 @@ def train(
 
     spec = only_spec()
     holdout_share = spec.training.holdout_share if holdout_share is None else holdout_share
-    if min_confidence_ratio is None:
-        min_confidence_ratio = spec.gates.min_confidence_ratio
+    gates = spec.gates
+    if min_confidence_ratio is not None:  # an override of the spec's (tests, a by-hand retrain)
+        gates = gates.model_copy(update={"min_confidence_ratio": min_confidence_ratio})
     spec.training_function()  # a spec naming code that is not there fails before any data is read
 
     began = time.perf_counter()
@@ -93,15 +95,10 @@ def train(
     X_hold, y_hold = encode(holdout), holdout[TARGET].to_numpy()
 
     model = fit_candidate(spec, X_fit, y_fit, seed=seed)
-    eta, confidence = model.predict_with_confidence(X_hold)
-    metrics = holdout_metrics(eta, confidence, y_hold)
     champion_version = registry.alias_version(CHAMPION)
-    champion_metrics = None
-    if champion_version is not None:
-        champion = registry.load_native(champion_version)
-        champion_eta, champion_confidence = champion.predict_with_confidence(X_hold)
-        champion_metrics = holdout_metrics(champion_eta, champion_confidence, y_hold)
-    decision = decide(metrics, champion_metrics, mae_tolerance=mae_tolerance, min_confidence_ratio=min_confidence_ratio)
+    champion = registry.load_native(champion_version) if champion_version is not None else None
+    judged = judge(spec, gates, model, champion, X_hold, y_hold, mae_tolerance=mae_tolerance)
+    metrics, champion_metrics, decision = judged.metrics, judged.champion_metrics, judged.decision
 
     registry.client()
     with mlflow.start_run(experiment_id=registry.experiment_id(), run_name=f"train-{key}") as run:
@@ -109,6 +106,7 @@ def train(
             {
                 **model_params(model),
                 "training_entrypoint": spec.training.entrypoint,
+                **{f"gate_{name}": value for name, value in gates.model_dump().items()},  # what it was judged by
                 "training_start": train_window.start.isoformat(),
                 "training_end": train_window.end.isoformat(),
                 "feature_service": FEATURE_SERVICE,
