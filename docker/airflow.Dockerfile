@@ -17,4 +17,8 @@ RUN pip install --no-cache-dir \
 COPY --chown=50000:0 pyproject.toml /opt/mlrelease/pyproject.toml
 COPY --chown=50000:0 src/ /opt/mlrelease/src/
 RUN pip install --no-cache-dir --no-deps /opt/mlrelease
+# The release specs (models/<name>/release.yaml): the DAGs and plugins read each model's name from them. The
+# package is installed away from its checkout here, so the specs' folder is named explicitly.
+COPY --chown=50000:0 models/ /opt/mlrelease/models/
+ENV MLRELEASE_SPECS_DIR=/opt/mlrelease/models
 COPY --chown=50000:0 plugins/ /opt/airflow/plugins/

@@ -32,6 +32,7 @@ COPY src/ src/
 COPY plugins/ plugins/
 COPY dags/ dags/
 COPY config/ config/
+COPY models/ models/
 COPY feature_repo/ feature_repo/
 RUN --mount=type=cache,target=/root/.cache/uv docker/install-venv.sh project
 

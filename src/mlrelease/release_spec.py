@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
@@ -19,11 +20,14 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
+from mlrelease.cohort_rules import CohortConfig
 from mlrelease.errors import StepError
 from mlrelease.settings import REPO_ROOT
 from mlrelease.yamlconfig import StrictModel, load_yaml_model, validation_problems
 
-SPECS_DIR = REPO_ROOT / "models"
+# Where the release specs live: MLRELEASE_SPECS_DIR (an image that installs the package away from its checkout, as
+# the Airflow image does), else models/ beside the code.
+SPECS_DIR = Path(os.environ.get("MLRELEASE_SPECS_DIR") or REPO_ROOT / "models")
 SPEC_FILE = "release.yaml"
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"  # an MLflow registered model, a Triton model folder and a DAG id part
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
@@ -130,6 +134,7 @@ class ReleaseSpec(StrictModel):
     description: str = ""
     features: Features
     outputs: tuple[Output, ...] = Field(min_length=1)
+    cohorts: CohortConfig = Field(description="value-density cohorts over the request's keys and input columns")
     training: Training
     gates: RegressionGates | ClassificationGates = Field(
         default=None, validate_default=True, description="the training gate's thresholds; which ones: by task"
@@ -156,6 +161,18 @@ class ReleaseSpec(StrictModel):
         names = [o.name for o in self.outputs]
         if len(set(names)) != len(names):
             raise ValueError(f"outputs: names repeat in {names}")
+        request_fields = {*self.features.entity_keys, *self.features.columns}
+        unknown = sorted(self.cohorts.fields() - request_fields)
+        if unknown:
+            raise ValueError(
+                f"cohorts: rules use unknown fields {unknown}; a rule may use the entity keys and input columns "
+                f"{sorted(request_fields)}"
+            )
+        if self.cohorts.bucket_key not in self.features.entity_keys:
+            raise ValueError(
+                f"cohorts.bucket_key {self.cohorts.bucket_key!r} is not one of the entity keys "
+                f"{list(self.features.entity_keys)}"
+            )
         roles = [o.role for o in self.outputs]
         if roles.count("prediction") != 1 or roles.count("score") > 1:
             raise ValueError(f"outputs: exactly one prediction and at most one score, got roles {roles}")
@@ -221,6 +238,15 @@ def load_specs(folder: Path = SPECS_DIR) -> dict[str, ReleaseSpec]:
     if not paths:
         raise StepError(f"no release spec in {folder}: declare a model as {folder}/<name>/{SPEC_FILE}")
     return {spec.name: spec for spec in map(load_spec, paths)}
+
+
+@functools.cache
+def spec_named(name: str, folder: Path = SPECS_DIR) -> ReleaseSpec:
+    """The declared model called `name`; an unknown name is an error listing the declared ones."""
+    specs = load_specs(folder)
+    if name not in specs:
+        raise StepError(f"no model {name!r} is declared in {folder} (declared: {', '.join(sorted(specs))})")
+    return specs[name]
 
 
 @functools.cache

@@ -13,17 +13,7 @@ import yaml
 from mlrelease.errors import StepError
 from mlrelease.gateway.config import DEFAULT_CONFIG, GatewayConfig, load_config
 
-BASE: dict[str, Any] = {
-    "model": "parcel_eta",
-    "cohorts": {
-        "bucket_key": "user_id",
-        "rules": [
-            {"name": "high_value", "any_of": [{"field": "tier", "op": "eq", "value": "premium"}]},
-            {"name": "long_tail", "any_of": [{"field": "is_remote", "op": "eq", "value": True}]},
-            {"name": "core"},
-        ],
-    },
-}
+BASE: dict[str, Any] = {"model": "parcel_eta"}
 
 
 def _write(tmp_path: Path, raw: Any, name: str = "gateway.yaml") -> Path:
@@ -32,17 +22,7 @@ def _write(tmp_path: Path, raw: Any, name: str = "gateway.yaml") -> Path:
     return path
 
 
-def _with_rules(rules: list[dict[str, Any]]) -> dict[str, Any]:
-    raw = copy.deepcopy(BASE)
-    raw["cohorts"]["rules"] = rules
-    return raw
-
-
-def _with_condition(condition: dict[str, Any]) -> dict[str, Any]:
-    return _with_rules([{"name": "special", "any_of": [condition]}, {"name": "core"}])
-
-
-def test_repo_config_loads_with_cohorts_in_order():
+def test_repo_config_loads_with_the_spec_s_cohorts_in_order():
     config = load_config(DEFAULT_CONFIG)
     assert isinstance(config, GatewayConfig)
     assert config.cohorts.names == ("high_value", "long_tail", "core")
@@ -66,76 +46,10 @@ def test_override_replaces_yaml_value_and_none_is_ignored(tmp_path):
     assert config.model == "parcel_eta"
 
 
-def test_unknown_condition_field_is_named(tmp_path):
-    path = _write(tmp_path, _with_condition({"field": "shoe_size", "op": "eq", "value": 42}))
-    with pytest.raises(StepError, match=r"is invalid: .*unknown field 'shoe_size'") as info:
-        load_config(path)
-    assert str(path) in str(info.value)
-
-
-def test_catch_all_not_last_is_refused(tmp_path):
-    rules = [
-        {"name": "core"},
-        {"name": "high_value", "any_of": [{"field": "tier", "op": "eq", "value": "premium"}]},
-    ]
-    with pytest.raises(StepError, match=r"catch-all.*rules without: \['core'\]"):
-        load_config(_write(tmp_path, _with_rules(rules)))
-
-
-def test_two_catch_alls_are_refused(tmp_path):
-    rules = [
-        {"name": "high_value", "any_of": [{"field": "tier", "op": "eq", "value": "premium"}]},
-        {"name": "other"},
-        {"name": "core"},
-    ]
-    with pytest.raises(StepError, match=r"catch-all.*rules without: \['other', 'core'\]"):
-        load_config(_write(tmp_path, _with_rules(rules)))
-
-
-def test_no_catch_all_is_refused(tmp_path):
-    rules = [{"name": "high_value", "any_of": [{"field": "tier", "op": "eq", "value": "premium"}]}]
-    with pytest.raises(StepError, match=r"catch-all.*rules without: \[\]"):
-        load_config(_write(tmp_path, _with_rules(rules)))
-
-
-def test_duplicate_cohort_names_are_refused(tmp_path):
-    rules = [
-        {"name": "core", "any_of": [{"field": "tier", "op": "eq", "value": "premium"}]},
-        {"name": "core"},
-    ]
-    with pytest.raises(StepError, match=r"cohort names must be unique, got \['core', 'core'\]"):
-        load_config(_write(tmp_path, _with_rules(rules)))
-
-
-@pytest.mark.parametrize("op", ["in", "not_in"])
-def test_membership_op_needs_a_list(tmp_path, op):
-    path = _write(tmp_path, _with_condition({"field": "category", "op": op, "value": "furniture"}))
-    with pytest.raises(StepError, match=rf"op '{op}' needs a list value, got 'furniture'"):
-        load_config(path)
-
-
-def test_membership_op_with_list_is_accepted(tmp_path):
-    path = _write(tmp_path, _with_condition({"field": "category", "op": "in", "value": ["furniture"]}))
-    assert load_config(path).cohorts.rules[0].any_of[0].value == ["furniture"]
-
-
-@pytest.mark.parametrize(("value", "shown"), [("1000", "'1000'"), (True, "True"), (False, "False")])
-def test_ordering_op_needs_a_number_not_a_string_or_bool(tmp_path, value, shown):
-    path = _write(tmp_path, _with_condition({"field": "declared_value", "op": "gt", "value": value}))
-    with pytest.raises(StepError, match=rf"op 'gt' needs a number, got {shown}"):
-        load_config(path)
-
-
-@pytest.mark.parametrize("value", [1000, 999.5])
-def test_ordering_op_with_a_number_is_accepted(tmp_path, value):
-    path = _write(tmp_path, _with_condition({"field": "declared_value", "op": "gt", "value": value}))
-    assert load_config(path).cohorts.rules[0].any_of[0].value == value
-
-
-def test_unknown_op_is_refused(tmp_path):
-    path = _write(tmp_path, _with_condition({"field": "declared_value", "op": "between", "value": 1}))
-    with pytest.raises(StepError, match=r"cohorts\.rules\.0\.any_of\.0\.op"):
-        load_config(path)
+def test_cohorts_in_the_gateway_config_are_refused_naming_where_they_live_now(tmp_path):
+    old = {**BASE, "cohorts": {"bucket_key": "user_id", "rules": [{"name": "core"}]}}
+    with pytest.raises(StepError, match=r"cohorts: .*declared in its release spec \(models/<name>/release.yaml"):
+        load_config(_write(tmp_path, old))
 
 
 def test_unknown_top_level_key_is_named(tmp_path):
@@ -186,6 +100,12 @@ def test_missing_file_is_refused(tmp_path):
     assert str(path) in str(info.value)
 
 
-def test_empty_file_names_the_missing_cohorts(tmp_path):
-    with pytest.raises(StepError, match=r"cohorts: Field required"):
-        load_config(_write(tmp_path, "", name="empty.yaml"))
+def test_an_empty_file_is_the_defaults_for_the_declared_model(tmp_path):
+    config = load_config(_write(tmp_path, "", name="empty.yaml"))
+    assert config.model == "parcel_eta" and config.cohorts.names == ("high_value", "long_tail", "core")
+
+
+def test_a_model_no_spec_declares_is_named_with_the_declared_ones(tmp_path):
+    config = load_config(_write(tmp_path, {"model": "late_delivery"}))
+    with pytest.raises(StepError, match=r"no model 'late_delivery' is declared in .*models \(declared: parcel_eta\)"):
+        _ = config.cohorts

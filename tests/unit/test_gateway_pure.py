@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
+from mlrelease.cohort_rules import CohortConfig
 from mlrelease.errors import StepError
 from mlrelease.gateway import traffic
 from mlrelease.gateway.auth import (
@@ -25,7 +26,7 @@ from mlrelease.gateway.auth import (
 )
 from mlrelease.gateway.cli import parse_percents
 from mlrelease.gateway.cohorts import BUCKETS, assign_cohort, bucket
-from mlrelease.gateway.config import DEFAULT_CONFIG, CohortConfig, FallbackConfig, RateLimit, load_config
+from mlrelease.gateway.config import DEFAULT_CONFIG, FallbackConfig, RateLimit, load_config
 from mlrelease.gateway.fallback import rule_eta
 from mlrelease.gateway.guard import BreakerState, CircuitBreaker, output_problem
 from mlrelease.gateway.routing_state import GuardTrip, RoutingState, choose
@@ -71,11 +72,12 @@ def test_assign_cohort_first_match_wins(cohorts, attributes, expected):
 def test_missing_attributes_never_match_even_for_negative_ops():
     config = CohortConfig.model_validate(
         {
+            "bucket_key": "user_id",
             "rules": [
                 {"name": "not_premium", "any_of": [{"field": "tier", "op": "ne", "value": "premium"}]},
                 {"name": "not_furniture", "any_of": [{"field": "category", "op": "not_in", "value": ["furniture"]}]},
                 {"name": "rest"},
-            ]
+            ],
         }
     )
     assert assign_cohort(config, {}) == "rest"

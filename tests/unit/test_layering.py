@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset(
             {
                 "__init__",
+                "cohort_rules",
                 "errors",
                 "exit_codes",
                 "feast_store",

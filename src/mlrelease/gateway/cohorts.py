@@ -7,7 +7,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mlrelease.gateway.config import CohortConfig, Condition
+from mlrelease.cohort_rules import CohortConfig, Condition
 
 BUCKETS = 10_000  # canary percentages resolve to 0.01 %
 

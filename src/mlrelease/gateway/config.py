@@ -5,70 +5,19 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from mlrelease.model.features import ENTITY_KEYS, FEATURES
+from mlrelease.cohort_rules import CohortConfig
+from mlrelease.model.features import ENTITY_KEYS
 from mlrelease.registry import MODEL_NAME
+from mlrelease.release_spec import spec_named
 from mlrelease.settings import REPO_ROOT, Settings
 from mlrelease.yamlconfig import StrictModel, load_yaml_model
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "gateway.yaml"
 REQUEST_FIELDS = ("order_id", *ENTITY_KEYS)
-# What a cohort rule may look at: the request's ids and every model feature fetched for it.
-RULE_FIELDS = frozenset(REQUEST_FIELDS) | frozenset(FEATURES)
-Op = Literal["eq", "ne", "in", "not_in", "gt", "ge", "lt", "le"]
-
-
-class Condition(StrictModel):
-    """One test of a request attribute, e.g. `{field: tier, op: eq, value: premium}`."""
-
-    field: str
-    op: Op
-    value: Any
-
-    @model_validator(mode="after")
-    def _check(self) -> Condition:
-        if self.field not in RULE_FIELDS:
-            raise ValueError(f"unknown field {self.field!r}; a rule may use {sorted(RULE_FIELDS)}")
-        if self.op in ("in", "not_in") and not isinstance(self.value, list | tuple):
-            raise ValueError(f"op {self.op!r} needs a list value, got {self.value!r}")
-        numeric = isinstance(self.value, int | float) and not isinstance(self.value, bool)
-        if self.op in ("gt", "ge", "lt", "le") and not numeric:
-            raise ValueError(f"op {self.op!r} needs a number, got {self.value!r}")
-        return self
-
-
-class CohortRule(StrictModel):
-    """A cohort and the conditions that put a request in it (any one suffices; none means catch-all)."""
-
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
-    any_of: tuple[Condition, ...] = ()
-
-
-class CohortConfig(StrictModel):
-    """Ordered cohort rules (first match wins; the last is the catch-all) and the canary bucket key."""
-
-    rules: tuple[CohortRule, ...] = Field(min_length=1)
-    bucket_key: Literal["user_id", "order_id", "package_id", "route_id"] = "user_id"
-
-    @model_validator(mode="after")
-    def _check(self) -> CohortConfig:
-        names = [r.name for r in self.rules]
-        if len(set(names)) != len(names):
-            raise ValueError(f"cohort names must be unique, got {names}")
-        catch_all = [r.name for r in self.rules if not r.any_of]
-        if catch_all != [self.rules[-1].name]:
-            raise ValueError(
-                f"exactly one rule, the last, must have no conditions (the catch-all); rules without: {catch_all}"
-            )
-        return self
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Cohort names in rule order."""
-        return tuple(r.name for r in self.rules)
 
 
 class GuardConfig(StrictModel):
@@ -186,13 +135,27 @@ class GatewayConfig(StrictModel):
     replay_as_of: datetime | None = Field(
         None, description="judge feature freshness as of this instant instead of now (replays and demos only)"
     )
-    cohorts: CohortConfig
     guard: GuardConfig = GuardConfig()
     batching: BatchingConfig = BatchingConfig()
     fallback: FallbackConfig = FallbackConfig()
     routing: RoutingConfig = RoutingConfig()
     auth: AuthConfig = AuthConfig()
     decision_log: DecisionLogConfig = DecisionLogConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_cohorts_here(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and "cohorts" in raw:  # an older gateway.yaml: say where they live now
+            raise ValueError(
+                "cohorts: a model's cohorts are declared in its release spec (models/<name>/release.yaml, "
+                "key cohorts), not in the gateway config: move the block there"
+            )
+        return raw
+
+    @property
+    def cohorts(self) -> CohortConfig:
+        """The served model's cohort rules and bucket key, from its release spec."""
+        return spec_named(self.model).cohorts
 
     @field_validator("replay_as_of")
     @classmethod

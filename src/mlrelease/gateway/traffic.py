@@ -24,9 +24,9 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
+from mlrelease.cohort_rules import CohortConfig
 from mlrelease.errors import StepError
 from mlrelease.gateway.cohorts import assign_cohort
-from mlrelease.gateway.config import CohortConfig
 from mlrelease.model.features import FEATURES
 from mlrelease.sources import read_window
 from mlrelease.timewindow import Window
