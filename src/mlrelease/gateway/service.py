@@ -60,6 +60,7 @@ class PredictService:
         replica: str = REPLICA,
     ) -> None:
         self.config = config
+        self.cohorts = config.cohorts  # the model's rules, looked up in its spec once, not on every request
         self.lookup = lookup
         self.model = model
         self.router = router
@@ -121,9 +122,9 @@ class PredictService:
             "package_id": request.package_id,
             "route_id": request.route_id,
         }
-        cohort = assign_cohort(self.config.cohorts, attributes)
+        cohort = assign_cohort(self.cohorts, attributes)
         state = self.router.state
-        user = attributes[self.config.cohorts.bucket_key]
+        user = attributes[self.cohorts.bucket_key]
         canary_bucket = bucket(user)
         route = self.router.route(cohort, canary_bucket)
         if state is None or route is None:

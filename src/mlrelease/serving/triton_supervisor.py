@@ -57,7 +57,6 @@ from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic, write_text_atomic
 
 log = logging.getLogger("mlrelease.triton_supervisor")
-MODULE = SUPERVISOR_MODULE
 
 # A python-backend stub's shared memory; a server killed with SIGKILL leaves its stubs' regions behind (1 MB each).
 SHM_DIR = Path("/dev/shm")
@@ -368,7 +367,7 @@ class Supervisor:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m mlrelease.serving.triton_supervisor` (started by `mlrelease triton up`)."""
-    parser = argparse.ArgumentParser(prog=MODULE, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=SUPERVISOR_MODULE, description=__doc__.splitlines()[0])
     parser.add_argument("--start-timeout", type=float, default=RestartPolicy.start_timeout_s)
     parser.add_argument("--max-restarts", type=int, default=RestartPolicy.max_restarts)
     args = parser.parse_args(argv)
