@@ -14,6 +14,8 @@ export MLRELEASE_REPO := $(CURDIR)
 export MLRELEASE_HOME ?= $(CURDIR)/.mlrelease
 export AIRFLOW_HOME := $(MLRELEASE_HOME)/airflow
 export AIRFLOW_CONFIG := $(CURDIR)/airflow.cfg
+# The model a process releases when the specs folder declares several (models/<name>/release.yaml).
+export MLRELEASE_MODEL ?= parcel_eta
 # The machine's python3, resolved before the venv goes first on PATH (a uv venv has no pip): it bootstraps uv.
 SYSTEM_PYTHON := $(shell command -v python3)
 export PATH := $(VENV)/bin:$(PATH)

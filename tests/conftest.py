@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# The model the tests' processes release unless a test names another (set before any mlrelease model module loads).
+os.environ.setdefault("MLRELEASE_MODEL", "parcel_eta")
+
 from mlrelease_drills.devkit import free_port, redis_server  # noqa: F401 - free_port is re-exported for the test modules
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from airflow.sdk import Asset
 
-from mlrelease.release_spec import only_spec
+from mlrelease.release_spec import process_spec
 
 NAMESPACE = "mlrelease"  # prefix of every asset name
 FEAST_PROJECT = "mlrelease"  # feature_repo/feature_store.yaml `project`
 # The online feature views of feature_repo/features.py, which `materialize` loads (all of them, every run).
 FEATURE_VIEWS = ("user_features", "package_features", "route_features")
-MODEL_NAME = only_spec().name  # the release spec's (release_spec is light: pydantic and one small YAML file)
+MODEL_NAME = process_spec().name  # the release spec's (release_spec is light: pydantic and one small YAML file)
 CHAMPION_ALIAS = "champion"
 
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlrelease.errors import StepError
-from mlrelease.release_spec import only_spec
+from mlrelease.release_spec import process_spec
 from mlrelease.settings import Settings
 
-MODEL_NAME = only_spec().name  # the registered model; its runs go to the experiment of the same name
+MODEL_NAME = process_spec().name  # the registered model; its runs go to the experiment of the same name
 EXPERIMENT = MODEL_NAME
 CHAMPION, CHALLENGER = "champion", "challenger"
 

@@ -4,8 +4,8 @@ The platform owns the pipeline (gates, export, serving, rollout); the spec owns 
 name and task, the Feast feature service and label it trains on, its input columns in model order (with the
 vocabulary of each categorical one), its output contract, the training code the platform calls (a `module:function`)
 and the thresholds of its training gate. Loading validates the whole file and every error
-names the file and the field. The steps serve one model each today: `only_spec()` is the one the specs folder
-declares (a second spec is refused there, naming both, until every step takes its spec as an argument).
+names the file and the field. A process releases one model: `process_spec()` is the spec MLRELEASE_MODEL names
+(the DAG's tasks, the step pods and the gateway set it), else the only one the specs folder declares.
 """
 
 from __future__ import annotations
@@ -249,13 +249,35 @@ def spec_named(name: str, folder: Path = SPECS_DIR) -> ReleaseSpec:
     return specs[name]
 
 
+# The model this process releases: set by whoever starts it (the Makefile, a DAG's task, a step pod, the gateway).
+MODEL_ENV = "MLRELEASE_MODEL"
+
+
+def process_spec(folder: Path | None = None) -> ReleaseSpec:
+    """The spec of the model this process releases: the one MLRELEASE_MODEL names, else the only one declared.
+
+    Several declared models and no MLRELEASE_MODEL is an error naming them: which one a process releases is never a
+    guess. Read once per process and folder (the model's modules resolve their contracts from it at import).
+    """
+    return _process_spec(folder or SPECS_DIR, os.environ.get(MODEL_ENV, "").strip())
+
+
 @functools.cache
-def only_spec(folder: Path = SPECS_DIR) -> ReleaseSpec:
-    """The one model `folder` declares: the model every step releases until steps take a spec each."""
+def _process_spec(folder: Path, named: str) -> ReleaseSpec:
+    if named:
+        return spec_named(named, folder)
     specs = load_specs(folder)
     if len(specs) != 1:
         raise StepError(
-            f"{folder} declares {len(specs)} models ({', '.join(specs)}): the steps release one model per "
-            "installation today, so keep one spec there"
+            f"{folder} declares {len(specs)} models ({', '.join(specs)}): set {MODEL_ENV} to the one this process "
+            "releases"
         )
     return next(iter(specs.values()))
+
+
+def bind_process_model(name: str, *, named_by: str) -> None:
+    """Make `name` this process's model (before any model module loads); another MLRELEASE_MODEL is an error."""
+    current = os.environ.get(MODEL_ENV, "").strip()
+    if current and current != name:
+        raise StepError(f"{named_by} names model {name!r}, but {MODEL_ENV} is {current!r} in this process")
+    os.environ[MODEL_ENV] = name

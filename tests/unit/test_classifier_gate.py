@@ -14,7 +14,7 @@ from mlrelease.errors import StepError
 from mlrelease.model.classification import classifier_metrics, expected_calibration_error
 from mlrelease.model.entrypoint import fit_candidate
 from mlrelease.model.gate import judge
-from mlrelease.release_spec import ClassificationGates, ReleaseSpec, only_spec
+from mlrelease.release_spec import ClassificationGates, ReleaseSpec, process_spec
 
 GATES = ClassificationGates()
 
@@ -57,7 +57,7 @@ def _team_spec(monkeypatch, **gates) -> ReleaseSpec:
 
     module.fit, module.fit_regressor = fit, fit_regressor
     monkeypatch.setitem(sys.modules, "late_team", module)
-    raw = only_spec().model_dump(mode="json")
+    raw = process_spec().model_dump(mode="json")
     return ReleaseSpec.model_validate(
         {
             **raw,

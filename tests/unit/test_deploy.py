@@ -27,7 +27,7 @@ from mlrelease.deploy.render import render_file, render_objects
 from mlrelease.deploy.values import DeployValues, load_values
 from mlrelease.errors import StepError
 from mlrelease.gateway.config import GatewayConfig
-from mlrelease.release_spec import only_spec
+from mlrelease.release_spec import process_spec
 from mlrelease.yamlconfig import safe_load
 
 REPO = Path(__file__).resolve().parents[2]
@@ -561,7 +561,7 @@ def test_gateway_config_map_is_a_valid_gateway_config_pointing_at_the_cluster(
     assert config.triton_url == triton_url(values) == f"http://triton.{values.namespace}.svc:8000"
     assert config.decision_log.directory == f"{STATE_MOUNT}/gateway/decisions"
     assert "cohorts" not in safe_load(data)  # the model's, from the release spec the image ships
-    assert config.cohorts == only_spec().cohorts
+    assert config.cohorts == process_spec().cohorts
     gw = container(objects, values.gateway.name)
     assert gw["command"][:4] == ["mlrelease", "gateway", "--config", "/etc/mlrelease/gateway/gateway.yaml"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,15 @@ import yaml
 from mlrelease.cli import main
 from mlrelease.data.schema import PACKAGE_CATEGORIES, REGIONS, USER_TIERS
 from mlrelease.errors import StepError
-from mlrelease.release_spec import SPECS_DIR, Task, load_spec, load_specs, only_spec
+from mlrelease.release_spec import (
+    MODEL_ENV,
+    SPECS_DIR,
+    Task,
+    bind_process_model,
+    load_spec,
+    load_specs,
+    process_spec,
+)
 
 PARCEL = yaml.safe_load((SPECS_DIR / "parcel_eta" / "release.yaml").read_text(encoding="utf-8"))
 
@@ -28,15 +37,28 @@ def test_the_repository_declares_the_parcel_model_and_the_code_reads_it():
     from mlrelease.model.onnx_export import OUTPUTS
     from mlrelease.registry import MODEL_NAME
 
-    spec = only_spec()
+    spec = process_spec()
     assert (spec.name, spec.task) == ("parcel_eta", Task.REGRESSION)
-    assert list(load_specs()) == ["parcel_eta"]
+    assert list(load_specs()) == ["late_delivery", "parcel_eta"]
     assert (MODEL_NAME, FEATURE_SERVICE, TARGET) == ("parcel_eta", "parcel_eta_v1", "eta_hours")
     assert ENTITY_KEYS == ("user_id", "package_id", "route_id")
     assert FEATURES == tuple(PARCEL["features"]["columns"]) and len(FEATURES) == 14
     assert OUTPUTS == ("eta_prediction", "confidence_score") == spec.prediction_and_score()
     # The synthetic data's categories are the model's vocabularies: an unseen value would encode as -1.
     assert VOCABULARIES == {"tier": USER_TIERS, "category": PACKAGE_CATEGORIES, "region": REGIONS}
+
+
+def test_the_repository_declares_a_late_delivery_classifier_on_the_same_network():
+    from mlrelease.data.schema import ORDERS
+    from mlrelease.release_spec import ClassificationGates
+
+    spec = load_specs()["late_delivery"]
+    assert spec.task is Task.BINARY_CLASSIFICATION and isinstance(spec.gates, ClassificationGates)
+    assert spec.features.label.column == "is_late" and "is_late" in ORDERS.column_names
+    assert spec.prediction_and_score() == ("is_late", "late_probability")
+    assert set(spec.features.columns) < set(PARCEL["features"]["columns"])  # a subset of the parcel model's inputs
+    assert spec.cohorts.names == ("remote_routes", "bulky", "core")
+    assert spec.training_function().__name__ == "fit_gradient_boosting"
 
 
 @pytest.mark.parametrize(
@@ -96,14 +118,40 @@ def test_a_spec_named_unlike_its_folder_is_refused(tmp_path):
         load_spec(path)
 
 
-def test_an_empty_specs_folder_and_a_second_model_are_clear_errors(tmp_path):
+def test_an_empty_specs_folder_is_a_clear_error(tmp_path):
     with pytest.raises(StepError, match=f"no release spec in {tmp_path}"):
         load_specs(tmp_path)
-    _write(tmp_path, PARCEL)
-    _write(tmp_path, {**PARCEL, "name": "late_delivery"})
-    assert list(load_specs(tmp_path)) == ["late_delivery", "parcel_eta"]
-    with pytest.raises(StepError, match=r"declares 2 models \(late_delivery, parcel_eta\)"):
-        only_spec(tmp_path)
+
+
+def test_a_process_releases_the_model_it_names_or_the_only_one(tmp_path, monkeypatch):
+    one, two = tmp_path / "one", tmp_path / "two"
+    _write(one, PARCEL)
+    _write(two, PARCEL)
+    _write(two, {**PARCEL, "name": "late_delivery"})
+    assert list(load_specs(two)) == ["late_delivery", "parcel_eta"]
+    monkeypatch.delenv(MODEL_ENV, raising=False)
+    assert process_spec(one).name == "parcel_eta"  # the only one declared
+    with pytest.raises(StepError, match=rf"declares 2 models \(late_delivery, parcel_eta\): set {MODEL_ENV}"):
+        process_spec(two)
+    monkeypatch.setenv(MODEL_ENV, "late_delivery")
+    assert process_spec(two).name == "late_delivery"
+    monkeypatch.setenv(MODEL_ENV, "route_risk")
+    with pytest.raises(
+        StepError, match=r"no model 'route_risk' is declared in .* \(declared: late_delivery, parcel_eta\)"
+    ):
+        process_spec(two)
+
+
+def test_binding_a_process_to_another_model_than_it_runs_is_refused(monkeypatch):
+    monkeypatch.setenv(MODEL_ENV, "parcel_eta")
+    bind_process_model("parcel_eta", named_by="gateway.yaml")  # the same model: fine
+    with pytest.raises(
+        StepError, match="gateway.yaml names model 'late_delivery', but MLRELEASE_MODEL is 'parcel_eta'"
+    ):
+        bind_process_model("late_delivery", named_by="gateway.yaml")
+    monkeypatch.delenv(MODEL_ENV)
+    bind_process_model("late_delivery", named_by="gateway.yaml")
+    assert os.environ[MODEL_ENV] == "late_delivery"
 
 
 def test_serving_needs_a_score_output(tmp_path):

@@ -12,7 +12,7 @@ from sklearn.linear_model import LinearRegression
 from mlrelease.errors import StepError
 from mlrelease.model.entrypoint import fit_candidate, model_params
 from mlrelease.model.estimator import EtaModel
-from mlrelease.release_spec import ReleaseSpec, only_spec
+from mlrelease.release_spec import ReleaseSpec, process_spec
 
 ROWS = np.random.default_rng(0).random((400, 3))
 LABEL = 5 + 3 * ROWS[:, 0] + np.random.default_rng(1).normal(0, 0.1, 400)
@@ -44,7 +44,7 @@ def team_module(monkeypatch) -> types.ModuleType:
 
 
 def _spec(**training) -> ReleaseSpec:
-    raw = only_spec().model_dump(mode="json")
+    raw = process_spec().model_dump(mode="json")
     return ReleaseSpec.model_validate({**raw, "training": {**raw["training"], **training}})
 
 

@@ -51,7 +51,7 @@ def _router_data(values: DeployValues, config: GatewayConfig) -> dict[str, str]:
     return {httproute.CONFIG_KEY: httproute.router_config_text(httproute.router_config(values, config))}
 
 
-def _container(values: DeployValues) -> dict[str, Any]:
+def _container(values: DeployValues, config: GatewayConfig) -> dict[str, Any]:
     gw = values.gateway
     command = ["mlrelease", "gateway", "--config", f"{CONFIG_DIR}/{CONFIG_KEY}", "--host", "0.0.0.0"]
     command += ["--port", str(gw.port), "--workers", str(gw.workers)]
@@ -65,6 +65,7 @@ def _container(values: DeployValues) -> dict[str, Any]:
             {"name": "MLRELEASE_HOME", "value": STATE_MOUNT},
             {"name": "MLRELEASE_ONLINE_STORE", "value": "redis"},
             {"name": "MLRELEASE_GATEWAY_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_KEY}"},
+            {"name": "MLRELEASE_MODEL", "value": config.model},  # the model this gateway serves
             {"name": "HOME", "value": "/tmp"},  # Feast writes small caches under HOME; the root is read-only
         ],
         # MLRELEASE_REDIS_URL (the Feast online store, host:port[,password=…]) comes from this Secret.
@@ -111,7 +112,7 @@ def deployment(values: DeployValues, config: GatewayConfig) -> dict[str, Any]:
                         "labelSelector": {"matchLabels": selector(gw.name)},
                     }
                 ],
-                "containers": [_container(values)],
+                "containers": [_container(values, config)],
                 "volumes": [
                     {"name": "config", "configMap": {"name": gw.configMap}},
                     {"name": "keys", "secret": {"secretName": gw.keysSecret, "defaultMode": 0o440}},

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from mlrelease.deploy.quantity import check_quantity, parse_quantity
-from mlrelease.release_spec import only_spec
+from mlrelease.release_spec import load_specs
 from mlrelease.yamlconfig import load_yaml_model
 
 # RFC 1123 label: what Kubernetes requires of namespace, service account, secret, claim and service names.
@@ -318,7 +318,8 @@ class Triton(Model):
     resources: Resources = Resources(requests={"cpu": "2", "memory": "8Gi"}, limits={"cpu": "4", "memory": "16Gi"})
     ports: TritonPorts = TritonPorts()
     modelRepositorySubPath: str = Field("model_repository", pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
-    loadModels: tuple[str, ...] = Field(default_factory=lambda: (only_spec().name,))
+    # One Triton serves every declared model (explicit model control loads these at start).
+    loadModels: tuple[str, ...] = Field(default_factory=lambda: tuple(sorted(load_specs())))
     modelLoadBudgetSeconds: int = Field(600, ge=1)
     strictReadiness: bool = False
     shmSize: Quantity = "1Gi"

@@ -20,8 +20,12 @@ DEFAULT_PORT = 8080
 
 def _config(args: argparse.Namespace) -> Any:
     from mlrelease.gateway.config import load_config
+    from mlrelease.release_spec import bind_process_model
 
-    return load_config(args.config, replay_as_of=getattr(args, "as_of", None))
+    config = load_config(args.config, replay_as_of=getattr(args, "as_of", None))
+    # The gateway's modules read their model's contracts at import: this process serves the config's model.
+    bind_process_model(config.model, named_by="the gateway config's model")
+    return config
 
 
 def default_workers(cgroup: Path = Path("/sys/fs/cgroup")) -> int:

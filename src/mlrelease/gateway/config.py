@@ -10,14 +10,11 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from mlrelease.cohort_rules import CohortConfig
-from mlrelease.model.features import ENTITY_KEYS
-from mlrelease.registry import MODEL_NAME
-from mlrelease.release_spec import spec_named
+from mlrelease.release_spec import process_spec, spec_named
 from mlrelease.settings import REPO_ROOT, Settings
 from mlrelease.yamlconfig import StrictModel, load_yaml_model
 
 DEFAULT_CONFIG = REPO_ROOT / "config" / "gateway.yaml"
-REQUEST_FIELDS = ("order_id", *ENTITY_KEYS)
 
 
 class GuardConfig(StrictModel):
@@ -128,7 +125,8 @@ class DecisionLogConfig(StrictModel):
 class GatewayConfig(StrictModel):
     """Everything `mlrelease gateway` reads at start-up."""
 
-    model: str = MODEL_NAME
+    # The model this gateway serves (a declared release spec); the gateway process releases it (MLRELEASE_MODEL).
+    model: str = Field(default_factory=lambda: process_spec().name)
     triton_url: str = Field("", description="empty: MLRELEASE_TRITON_URL, else the local server")
     max_body_bytes: int = Field(16_384, ge=256)
     feature_timeout_ms: float = Field(1000.0, gt=0, description="an online lookup slower than this is a 503")

@@ -16,10 +16,10 @@ import orjson
 
 from mlrelease.gateway.guard import output_problem
 from mlrelease.gateway.triton_http import HttpAnswer, TritonHttp, TritonHttpError, infer_request
-from mlrelease.release_spec import only_spec
+from mlrelease.release_spec import process_spec
 from mlrelease.serving.triton_client import host_port
 
-OUTPUTS = only_spec().prediction_and_score()
+OUTPUTS = process_spec().prediction_and_score()
 _DTYPES: dict[str, np.dtype[Any]] = {
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),

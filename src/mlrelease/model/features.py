@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlrelease.release_spec import only_spec
+from mlrelease.release_spec import process_spec
 
 # All of it is the model's release spec (models/<name>/release.yaml, `features:`), read once per process.
-_FEATURES = only_spec().features
+_FEATURES = process_spec().features
 FEATURE_SERVICE = _FEATURES.service
 TARGET = _FEATURES.label.column
 ENTITY_KEYS = _FEATURES.entity_keys

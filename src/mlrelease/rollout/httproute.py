@@ -24,7 +24,7 @@ from pydantic import Field, field_validator
 
 from mlrelease.errors import StepError
 from mlrelease.gateway.routing_state import ALL_COHORTS
-from mlrelease.release_spec import only_spec
+from mlrelease.release_spec import process_spec
 from mlrelease.rollout.traffic_router import Routing
 from mlrelease.settings import REPO_ROOT
 from mlrelease.yamlconfig import StrictModel, load_yaml_model
@@ -59,7 +59,7 @@ class HTTPRouteConfig(StrictModel):
 
     name: str = "parcel-eta"
     namespace: str = "mlrelease"
-    model: str = Field(default_factory=lambda: only_spec().name)
+    model: str = Field(default_factory=lambda: process_spec().name)
     parent_gateway: str = "inference"
     parent_namespace: str | None = None
     section_name: str | None = None

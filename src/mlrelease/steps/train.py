@@ -25,7 +25,7 @@ from mlrelease.model.training_data import (
     window_partitions,
 )
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
-from mlrelease.release_spec import only_spec
+from mlrelease.release_spec import process_spec
 from mlrelease.settings import Settings
 from mlrelease.timewindow import Window, run_key
 
@@ -68,7 +68,7 @@ def train(
     """
     import mlflow
 
-    spec = only_spec()
+    spec = process_spec()
     holdout_share = spec.training.holdout_share if holdout_share is None else holdout_share
     gates = spec.gates
     if min_confidence_ratio is not None:  # an override of the spec's (tests, a by-hand retrain)
