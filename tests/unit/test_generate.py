@@ -66,6 +66,12 @@ def test_distributions_are_realistic(tmp_path):
     assert joined.loc[joined.is_remote, "eta_hours"].mean() > joined.loc[~joined.is_remote, "eta_hours"].mean() + 10
     assert joined.loc[joined.is_bulky, "eta_hours"].mean() > joined.loc[~joined.is_bulky, "eta_hours"].mean()
     assert np.corrcoef(joined["distance_km"], joined["eta_hours"])[0, 1] > 0.5
+    # The late-delivery label: the promise is whole half-days, late means slower than promised, and it is common
+    # enough to learn (about a quarter) yet more common on remote routes, where the delivery time varies most.
+    assert (joined["promised_hours"] % 12 == 0).all() and (joined["promised_hours"] >= 12).all()
+    assert (joined["is_late"] == (joined["eta_hours"] > joined["promised_hours"])).all()
+    assert 0.15 < joined["is_late"].mean() < 0.35
+    assert joined.loc[joined.is_remote, "is_late"].mean() > joined.loc[~joined.is_remote, "is_late"].mean()
 
 
 @pytest.mark.parametrize("mode", ORIGINAL_MODES)

@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 N_ROUTES = 200
 AGE_EPOCH = date(2026, 1, 1)  # account ages grow by one day per day from their age on this date
 STALE_HOURS = 36  # how far behind the end of the range the `stale` injection stops route updates
+# Delivery promises are quoted in whole half-days from what the shop knows at order time (the route's distance,
+# whether it is remote, whether the parcel is bulky), so about a quarter of the parcels arrive later than promised.
+PROMISE_STEP_HOURS = 12
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def routes_for_day(pop: Population, seed: int, day: date) -> pd.DataFrame:
 def orders_and_packages_for_day(
     pop: Population, seed: int, day: date, rows: int, routes: pd.DataFrame
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Orders placed during the day, each with its own package, and the delivery time they took."""
+    """Orders placed during the day, each with its own package, the delivery time promised and the one it took."""
     rng = _day_rng(seed, day, 3)
     # Premium users order more often: weight the draw by tier.
     weights = pd.Series(pop.user_tier).map({"standard": 1.0, "plus": 2.0, "premium": 5.0}).to_numpy()
@@ -139,6 +142,9 @@ def orders_and_packages_for_day(
         - 3.0 * (tier == "premium")
         + rng.gamma(2.0, np.where(remote, 4.0, 1.5))
     )
+    eta_hours = np.clip(eta, 0.5, 499).round(3)
+    quoted = 9.0 + pop.route_distance_km[route_idx] / 55 * 1.25 + 22.0 * remote + 6.0 * bulky
+    promised = PROMISE_STEP_HOURS * np.ceil(quoted / PROMISE_STEP_HOURS)
     packages = pd.DataFrame(
         {
             "package_id": order_id,
@@ -157,7 +163,9 @@ def orders_and_packages_for_day(
             "user_id": (user_idx + 1).astype("int64"),
             "package_id": order_id,
             "route_id": (route_idx + 1).astype("int64"),
-            "eta_hours": np.clip(eta, 0.5, 499).round(3),
+            "eta_hours": eta_hours,
+            "promised_hours": promised.astype("float64"),
+            "is_late": eta_hours > promised,  # the late-delivery model's label
         }
     )
     return orders, packages

@@ -90,6 +90,8 @@ ORDERS = Table(
         Column("package_id", "int64"),
         Column("route_id", "int64"),
         Column("eta_hours", "float64"),
+        Column("promised_hours", "float64"),
+        Column("is_late", "bool"),
     ),
     drift_columns=("eta_hours",),
 )
