@@ -1,8 +1,9 @@
-"""Feast definitions for the parcel-ETA model: entities, sources, feature views and the feature service.
+"""Feast definitions of the parcel network: entities, sources, feature views, and a feature service per model.
 
 Sources are the date-partitioned parquet tables under $MLRELEASE_HOME/data/offline. Each feature
 view carries its freshness budget as a tag (`freshness_budget_hours`); `mlrelease step
-check-freshness` reads it from the registry, so the budget lives next to the feature it guards.
+check-freshness` reads it from the registry, so the budget lives next to the feature it guards. A model's
+release spec (models/<name>/release.yaml, `features.service`) names the service it trains on and is served with.
 """
 
 import os
@@ -75,4 +76,14 @@ parcel_eta_v1 = FeatureService(
     name="parcel_eta_v1",
     features=[user_features, package_features, route_features],
     description="Everything the parcel ETA model reads at training and serving time.",
+)
+
+late_delivery_v1 = FeatureService(
+    name="late_delivery_v1",
+    features=[
+        user_features[["tier"]],
+        package_features[["weight_kg", "volume_l", "category", "is_bulky"]],
+        route_features,
+    ],
+    description="What the late-delivery classifier reads: the shipper's tier, the parcel's size and its route.",
 )

@@ -158,7 +158,7 @@ def test_view_removed_from_repo_is_deleted_and_no_longer_materialized(home_with_
 
     assert result["feature_views"] == ["package_features", "user_features"]
     assert result["removed"]["feature_views"] == ["route_features"]
-    assert result["removed"]["feature_services"] == ["parcel_eta_v1"]
+    assert result["removed"]["feature_services"] == ["late_delivery_v1", "parcel_eta_v1"]
     assert result["removed"]["entities"] == ["route"]
     assert result["removed"]["data_sources"] == ["routes_source"]
     store = open_store(settings)
