@@ -9,6 +9,7 @@ confidence = exp(-k * expected_abs_error_hours), with k set on the training data
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -59,6 +60,56 @@ class EtaModel(RegressorMixin, BaseEstimator):
         eta = self.point_.predict(X)
         confidence = np.exp(-self.k_ * np.maximum(self.spread_.predict(X), 0.0))
         return eta, confidence
+
+    def to_onnx(self, input_name: str, outputs: tuple[str, str], opset: dict[str, int]) -> Any:
+        """One ONNX graph (unchecked: the exporter checks it) with outputs (prediction, score), float32 [N, 1].
+
+        skl2onnx converts each booster; the two graphs are prefixed and joined on one input, and the confidence
+        formula is added as plain ONNX ops.
+        """
+        from onnx import TensorProto, helper, numpy_helper
+
+        n = int(self.n_features_in_)
+        point = _booster_graph(self.point_, input_name, n, opset, "point_")
+        spread = _booster_graph(self.spread_, input_name, n, opset, "spread_")
+        point_out, spread_out = point.graph.output[0].name, spread.graph.output[0].name
+        consts = [
+            numpy_helper.from_array(np.array([0.0], dtype=np.float32), "zero"),
+            numpy_helper.from_array(np.array([-self.k_], dtype=np.float32), "neg_k"),
+        ]
+        nodes = [
+            helper.make_node("Identity", [input_name], [point.graph.input[0].name]),
+            helper.make_node("Identity", [input_name], [spread.graph.input[0].name]),
+            *point.graph.node,
+            *spread.graph.node,
+            helper.make_node("Identity", [point_out], [outputs[0]]),
+            helper.make_node("Max", [spread_out, "zero"], ["expected_error"]),
+            helper.make_node("Mul", ["expected_error", "neg_k"], ["confidence_logit"]),
+            helper.make_node("Exp", ["confidence_logit"], [outputs[1]]),
+        ]
+        graph = helper.make_graph(
+            nodes,
+            "eta_model",
+            inputs=[helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [None, n])],
+            outputs=[helper.make_tensor_value_info(name, TensorProto.FLOAT, [None, 1]) for name in outputs],
+            initializer=[*point.graph.initializer, *spread.graph.initializer, *consts],
+        )
+        onx = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid(domain, version) for domain, version in opset.items()],
+            producer_name="mlrelease",
+        )
+        onx.ir_version = point.ir_version
+        return onx
+
+
+def _booster_graph(model: Any, input_name: str, n_features: int, opset: dict[str, int], prefix: str) -> Any:
+    import onnx.compose
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.data_types import FloatTensorType
+
+    onx = convert_sklearn(model, initial_types=[(input_name, FloatTensorType([None, n_features]))], target_opset=opset)
+    return onnx.compose.add_prefix(onx, prefix=prefix)
 
 
 def fit_eta_model(

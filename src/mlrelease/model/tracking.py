@@ -50,10 +50,10 @@ def _metadata() -> dict[str, Any]:
 
 
 def log_native_model(model: Any, features: np.ndarray) -> Any:
-    """Log the fitted EtaModel (sklearn flavor) with a signature and an input example; returns MLflow's ModelInfo.
+    """Log the fitted model (sklearn flavor) with a signature and an input example; returns MLflow's ModelInfo.
 
     The model takes the encoded float32 matrix (model.features.encode), so the signature is a tensor spec
-    [-1, len(FEATURES)] → ETA [-1]; the column names and their order are in the model's metadata.
+    [-1, len(FEATURES)] → the model's predict output; the column names and their order are in the model's metadata.
     """
     import mlflow.sklearn
     from mlflow.models import infer_signature
@@ -147,8 +147,9 @@ def log_onnx_model(client: Any, model_bytes: bytes, sample: np.ndarray, *, versi
     from mlflow.models import infer_signature
 
     example = input_example(sample)
-    eta, confidence = run_onnx(model_bytes, example)
-    outputs = dict(zip(OUTPUTS, (eta.reshape(-1, 1), confidence.reshape(-1, 1)), strict=True))
+    outputs = {
+        name: values.reshape(-1, 1) for name, values in zip(OUTPUTS, run_onnx(model_bytes, example), strict=True)
+    }
     digest = _sha256(model_bytes)
     info = mlflow.onnx.log_model(
         onnx.load_from_string(model_bytes),

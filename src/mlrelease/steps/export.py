@@ -57,7 +57,7 @@ def _check_graph(registry: Registry, version: int, model_bytes: bytes) -> None:
 
 
 def _outputs(registry: Registry, version: int, model_bytes: bytes, sample: np.ndarray) -> tuple[Any, Any]:
-    """(eta, confidence) of the graph on the sample; an onnxruntime refusal tags the version and is one GateFailed."""
+    """(prediction, score) of the graph on the sample; an onnxruntime refusal tags the version and is one GateFailed."""
     try:
         return run_onnx(model_bytes, sample)
     except Exception as exc:  # onnxruntime's Fail/InvalidGraph/RuntimeException: a verdict about the graph
@@ -75,19 +75,18 @@ def _convert_and_check(
         registry.tag_version(version, export_status="failed", export_reason=one_line(exc)[:500])
         raise GateFailed(f"ONNX export of version {version} failed: {one_line(exc)}") from None
     _check_graph(registry, version, model_bytes)
-    eta, confidence = _outputs(registry, version, model_bytes, sample)
-    if not (np.isfinite(eta).all() and np.isfinite(confidence).all()):
+    prediction, score = _outputs(registry, version, model_bytes, sample)
+    if not (np.isfinite(prediction).all() and np.isfinite(score).all()):
         registry.tag_version(version, export_status="failed", export_reason="non-finite outputs")
-        bad = int((~np.isfinite(eta) | ~np.isfinite(confidence)).sum())
-        raise GateFailed(f"version {version} emits NaN/inf on {bad} of {len(eta)} sample rows")
+        bad = int((~np.isfinite(prediction) | ~np.isfinite(score)).sum())
+        raise GateFailed(f"version {version} emits NaN/inf on {bad} of {len(prediction)} sample rows")
     check = parity(model, model_bytes, sample)
     if not check.ok(tolerance):
         registry.tag_version(version, export_status="failed", export_reason="parity")
         raise GateFailed(
-            f"ONNX/native parity failed for version {version}: max |diff| eta {check.max_abs_diff_eta:.2e}, "
-            f"confidence {check.max_abs_diff_confidence:.2e} > {tolerance:.0e}"
+            f"ONNX/native parity failed for version {version}: max |diff| {check.describe()} > {tolerance:.0e}"
         )
-    return model_bytes, max(check.max_abs_diff_eta, check.max_abs_diff_confidence)
+    return model_bytes, check.worst()
 
 
 def _published_bytes(root: Path, registry: Registry, version: int) -> bytes:
@@ -193,10 +192,10 @@ def export(settings: Settings, version: int, *, tolerance: float = DEFAULT_PARIT
         # What is on disk now, read back and verified: another writer may have published first (created False).
         model_bytes = verified_bytes(root, version) if created else _published_bytes(root, registry, version)
 
-    eta, confidence = _outputs(registry, version, model_bytes, sample)  # parity data from the verified bytes only
+    served = _outputs(registry, version, model_bytes, sample)  # parity data from the verified bytes only
     config = build_config(MODEL_NAME, len(FEATURES), OUTPUTS, served_versions(root, registry, version), ServingConfig())
     config_path = write_config(root, config)
-    write_npz_atomic(parity_file(settings, version), features=sample, eta_prediction=eta, confidence_score=confidence)
+    write_npz_atomic(parity_file(settings, version), features=sample, **dict(zip(OUTPUTS, served, strict=True)))
     meta = read_metadata(root, MODEL_NAME, version)
     # The verified bytes (their digest is the record's) with the mlflow.onnx flavor, and the Triton config as written.
     onnx_model = _onnx_model(registry, version, run_id, model_bytes, meta["sha256"], sample)
