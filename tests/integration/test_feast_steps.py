@@ -154,7 +154,17 @@ def test_view_removed_from_repo_is_deleted_and_no_longer_materialized(home_with_
     source = source[: source.index("route_features = FeatureView(")]  # the view and the service come last
     lines = [line for line in source.splitlines() if not line.startswith("route = Entity(")]
     (repo / "features.py").write_text("\n".join(lines) + "\n")
-    result = apply_features(settings)
+    # Both declared models read routes: the repo is refused, naming each one, and nothing changes.
+    with pytest.raises(StepError, match="is not applied: ") as refused:
+        apply_features(settings)
+    for model, service in (("late_delivery", "late_delivery_v1"), ("parcel_eta", "parcel_eta_v1")):
+        assert f"{model}/release.yaml: features.service '{service}' is not defined in the feature repo" in str(
+            refused.value
+        )
+    assert "mlrelease_route_features" in online_tables()
+    assert len(open_store(settings).list_feature_services()) == 2
+    # With no model reading it (specs=()), the shrink is applied.
+    result = apply_features(settings, specs=())
 
     assert result["feature_views"] == ["package_features", "user_features"]
     assert result["removed"]["feature_views"] == ["route_features"]
@@ -168,7 +178,31 @@ def test_view_removed_from_repo_is_deleted_and_no_longer_materialized(home_with_
 
     assert set(materialize(settings, WINDOW, OVERLAP)["views"]) == {"user_features", "package_features"}
     assert set(check_freshness(settings, parse_timestamp(WINDOW_END))["views"]) == {"user_features", "package_features"}
-    assert apply_features(settings)["removed"] == {key: [] for key in result["removed"]}  # a rerun removes nothing
+    assert apply_features(settings, specs=())["removed"] == {key: [] for key in result["removed"]}  # a rerun: none
+
+
+def test_a_repo_that_drops_a_feature_a_model_reads_is_refused(home_with_data, tmp_path, monkeypatch):
+    from mlrelease.feast_store import open_store
+    from mlrelease.settings import REPO_ROOT
+
+    repo = tmp_path / "narrower_repo"
+    shutil.copytree(REPO_ROOT / "feature_repo", repo)
+    monkeypatch.setenv("MLRELEASE_FEATURE_REPO", str(repo))
+    settings = Settings.from_env()
+    apply_features(settings)
+    source = (repo / "features.py").read_text()
+    assert source.count("        route_features,\n") == 1  # the late-delivery service reads the whole view
+    narrower = 'route_features[["region", "distance_km", "is_remote", "avg_transit_hours_7d"]],\n'
+    (repo / "features.py").write_text(source.replace("        route_features,\n", "        " + narrower))
+    with pytest.raises(StepError) as refused:
+        apply_features(settings)
+    assert str(refused.value).endswith(
+        "late_delivery/release.yaml: features.columns ['congestion_index'] are not features of service "
+        "'late_delivery_v1' (it provides ['avg_transit_hours_7d', 'category', 'distance_km', 'is_bulky', 'is_remote', "
+        "'region', 'tier', 'volume_l', 'weight_kg'])"
+    )
+    service = open_store(settings).get_feature_service("late_delivery_v1")  # the registry keeps the old one
+    assert "congestion_index" in {f.name for p in service.feature_view_projections for f in p.features}
 
 
 def test_redis_online_store(home_with_data, redis_url, monkeypatch):

@@ -12,11 +12,14 @@ import io
 import os
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from mlrelease.errors import StepError
 from mlrelease.feast_store import open_store
+from mlrelease.release_spec import ReleaseSpec, load_specs
 from mlrelease.settings import Settings
+from mlrelease.spec_features import repo_problems
 
 # Result keys for the object types `feast apply` deletes; projects are never deleted by an apply.
 _REMOVED_KEYS = {
@@ -53,8 +56,12 @@ def _parse(settings: Settings, store: Any) -> Any:
     return repo
 
 
-def apply_features(settings: Settings) -> dict[str, Any]:
-    """Apply the feature repo, deleting what it no longer defines; a repo that does not parse or apply fails."""
+def apply_features(settings: Settings, specs: Iterable[ReleaseSpec] | None = None) -> dict[str, Any]:
+    """Apply the feature repo, deleting what it no longer defines; a repo that does not parse or apply fails.
+
+    A repo that would no longer give a model of `specs` (default: every declared one) the features its release
+    spec reads is refused before anything is applied, one line per problem.
+    """
     began = time.perf_counter()
     store = open_store(settings)
     from feast.diff.registry_diff import extract_objects_for_keep_delete_update_add
@@ -67,6 +74,10 @@ def apply_features(settings: Settings) -> dict[str, Any]:
             repo = _parse(settings, store)
             if not repo.feature_views:  # checked before applying: an empty repo must not delete every view
                 raise StepError(f"feature repo {settings.feature_repo} defines no feature views")
+            # Every declared model must still get its features: a repo that breaks one is refused before any change.
+            problems = repo_problems(load_specs().values() if specs is None else specs, repo.feature_services)
+            if problems:
+                raise StepError(f"feature repo {settings.feature_repo} is not applied: " + "; ".join(problems))
             # The registry diff `feast apply` uses (repo_operations.extract_objects_for_apply_delete), kept per type.
             _, to_delete, to_update, to_add = extract_objects_for_keep_delete_update_add(
                 store.registry, store.project, repo

@@ -1,0 +1,172 @@
+"""The second example model, a binary classifier (models/late_delivery), through train → export → validate-serving →
+benchmark on a real Triton, in processes that release it (MLRELEASE_MODEL=late_delivery) as the DAG's tasks do.
+
+Nothing here is specific to late_delivery in the code under test: the spec names its features, label, training code,
+outputs and gates, and the same steps that release the parcel ETA model release it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mlrelease.data.generate import generate
+from mlrelease.exit_codes import EXIT_GATE_FAILED
+from mlrelease.serving.triton_repo import parse_pbtxt
+from mlrelease.timewindow import Window, run_key
+from tests.conftest import HISTORY, ROWS_PER_DAY, WINDOW_END, WINDOW_START, free_port
+from tests.integration.serving_world import MLRELEASE
+
+pytestmark = pytest.mark.integration
+MODEL = "late_delivery"
+WINDOW = Window.parse(WINDOW_START, WINDOW_END)
+NEXT = Window(WINDOW.start + timedelta(days=1), WINDOW.end + timedelta(days=1))
+
+
+def _run(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([MLRELEASE, *args], env=env, capture_output=True, text=True, timeout=600)
+    if ok:
+        assert done.returncode == 0, f"mlrelease {' '.join(args)}: rc {done.returncode}\n{done.stderr[-3000:]}"
+    return done
+
+
+def _step(env: dict[str, str], name: str, *args: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(_run(env, "step", name, *args).stdout)
+    return result
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
+    """A home with history and a real Triton, and the environment of processes that release late_delivery."""
+    home = tmp_path_factory.mktemp("second-model")
+    generate(home / "data" / "offline", HISTORY[0], HISTORY[1] + timedelta(days=1), rows_per_day=ROWS_PER_DAY, seed=5)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLRELEASE_", "MLFLOW_", "FEAST_"))}
+    env |= {"MLRELEASE_HOME": str(home), "MLRELEASE_XCOM_PATH": str(home / "xcom.json"), "MLRELEASE_MODEL": MODEL}
+    env |= {f"MLRELEASE_TRITON_{name}_PORT": str(free_port()) for name in ("HTTP", "GRPC", "METRICS")}
+    _step(env, "apply-features")
+    _step(
+        env, "validate-data", "--start", WINDOW.start.isoformat(), "--end", NEXT.end.isoformat(), "--training-days", "8"
+    )
+    _run(env, "triton", "up")
+    try:
+        yield env, home
+    finally:
+        _run(env, "triton", "down", ok=False)
+
+
+@pytest.fixture(scope="module")
+def bootstrapped(world) -> dict[str, Any]:
+    """Version 1 of late_delivery trained, exported, validated on Triton and benchmarked: with no champion, champion."""
+    env, _ = world
+    trained = _step(env, "train", "--start", WINDOW.start.isoformat(), "--end", WINDOW.end.isoformat())
+    version = str(trained["model_version"])
+    return {
+        "train": trained,
+        "export": _step(env, "export", "--model-version", version),
+        "validate": _step(env, "validate-serving", "--model-version", version),
+        "benchmark": _step(env, "benchmark", "--model-version", version, "--rounds", "6"),
+    }
+
+
+def _client(home: Path) -> Any:
+    """An MLflow client of the home's registry (not the process-wide one: other tests in this worker use their own)."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{home / 'mlflow' / 'mlflow.db'}"
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def test_the_classifier_is_trained_and_registered_by_its_spec(world, bootstrapped):
+    _, home = world
+    trained = bootstrapped["train"]
+    assert trained["model_version"] == 1 and trained["decision"].startswith("bootstrap: no champion yet")
+    metrics = trained["metrics"]
+    # A gradient-boosted classifier of lateness on this data ranks well and is calibrated (the spec's gates).
+    assert metrics["auc"] > 0.8 and metrics["calibration_error"] < 0.05, metrics
+    assert abs(metrics["predicted_positive_rate"] - metrics["positive_rate"]) < 0.03, metrics
+    assert 0.15 < metrics["positive_rate"] < 0.35
+
+    client = _client(home)
+    assert {name: int(v) for name, v in client.get_registered_model(MODEL).aliases.items()} == {
+        "challenger": 1,
+        "champion": 1,
+    }
+    assert [m.name for m in client.search_registered_models()] == [MODEL]  # the parcel model is untouched
+    run = client.get_run(client.get_model_version(MODEL, "1").run_id)
+    assert run.data.params["feature_service"] == "late_delivery_v1"
+    assert run.data.params["training_entrypoint"] == "mlrelease.model.classifiers:fit_gradient_boosting"
+    assert run.data.params["gate_min_auc"] == "0.7" and run.data.params["features"].startswith("tier,weight_kg,")
+    assert {"log_loss", "auc", "calibration_error"} <= set(run.data.metrics)
+
+
+def test_the_exported_graph_serves_the_specs_outputs_on_triton(world, bootstrapped):
+    import onnx
+
+    _, home = world
+    exported, validated = bootstrapped["export"], bootstrapped["validate"]
+    assert exported["status"] == "exported" and exported["parity_max_abs_diff"] < 1e-3
+    served = Path(exported["path"])
+    assert served == home / "model_repository" / MODEL / "1"
+    graph = onnx.load(served / "model.onnx").graph
+    assert [o.name for o in graph.output] == ["is_late", "late_probability"]
+    assert graph.input[0].type.tensor_type.shape.dim[1].dim_value == 10
+    config = parse_pbtxt((served.parent / "config.pbtxt").read_text())
+    assert config.name == MODEL and [o.name for o in config.output] == ["is_late", "late_probability"]
+
+    # Triton answered the parity sample as the export did, output by output.
+    assert set(validated["max_abs_diff"]) == {"is_late", "late_probability"}, validated
+    assert max(validated["max_abs_diff"].values()) < 1e-4, validated
+    assert bootstrapped["benchmark"]["status"].startswith("bootstrap"), bootstrapped["benchmark"]
+
+    # The parity file holds a probability and its 0/1 decision (P >= 0.5) per sampled row.
+    parity = np.load(home / "exports" / MODEL / "1" / "parity.npz")
+    probability, decision = parity["late_probability"], parity["is_late"]
+    assert ((probability >= 0) & (probability <= 1)).all() and len(probability) == len(parity["features"])
+    assert (decision == (probability >= 0.5)).all() and 0 < decision.mean() < 0.5
+
+
+def test_a_retrain_is_judged_against_the_champion_by_the_classification_gates(world, bootstrapped):
+    env, home = world
+    done = _run(env, "step", "train", "--start", NEXT.start.isoformat(), "--end", NEXT.end.isoformat(), ok=False)
+    client = _client(home)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name(MODEL).experiment_id],
+        filter_string=f"tags.data_interval_end = '{run_key(NEXT.end)}'",
+    )
+    metrics, params, tags = run.data.metrics, run.data.params, run.data.tags
+    assert params["champion_version"] == "1" and {"champion_log_loss", "champion_auc"} <= set(metrics)
+    # The decision follows from the logged numbers and the spec's tolerances, whichever way it went.
+    loss_limit = metrics["champion_log_loss"] * (1 + float(params["gate_log_loss_tolerance"]))
+    auc_floor = metrics["champion_auc"] - float(params["gate_auc_tolerance"])
+    within = metrics["log_loss"] <= loss_limit and metrics["auc"] >= auc_floor
+    calibrated = metrics["calibration_error"] <= float(params["gate_max_calibration_error"])
+    accepted = tags["decision"] == "accepted"
+    assert accepted == (within and calibrated and metrics["auc"] >= float(params["gate_min_auc"])), (metrics, tags)
+    assert done.returncode == (0 if accepted else EXIT_GATE_FAILED), done.stderr[-2000:]
+    if accepted:
+        assert int(client.get_registered_model(MODEL).aliases["challenger"]) == 2
+    else:
+        assert "candidate refused" in done.stderr
+
+
+def test_a_process_that_does_not_name_its_model_is_refused_before_any_work(world):
+    env, home = world
+    unnamed = {k: v for k, v in env.items() if k != "MLRELEASE_MODEL"}
+    before = sorted(p.name for p in (home / "model_repository").iterdir())
+    done = _run(unnamed, "step", "train", "--start", NEXT.start.isoformat(), "--end", NEXT.end.isoformat(), ok=False)
+    assert done.returncode != 0
+    assert "declares 2 models (late_delivery, parcel_eta): set MLRELEASE_MODEL to the one this process releases" in (
+        done.stderr
+    )
+    assert sorted(p.name for p in (home / "model_repository").iterdir()) == before
+    named_wrong = {**env, "MLRELEASE_MODEL": "route_risk"}
+    done = _run(named_wrong, "step", "export", "--model-version", "1", ok=False)
+    assert done.returncode != 0 and "no model 'route_risk' is declared" in done.stderr
