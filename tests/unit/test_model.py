@@ -64,6 +64,38 @@ def test_onnx_export_matches_native_and_has_two_named_outputs(fitted):
     assert eta.shape == (5,) and confidence.shape == (5,)
 
 
+def test_a_binary_classifier_exports_to_the_specs_outputs_with_parity():
+    """Any sklearn binary classifier: P(1) becomes the score output and P(1) >= 0.5 (as 0/1) the prediction output."""
+    import onnx
+    from sklearn.linear_model import LogisticRegression
+
+    from mlrelease.model.classifiers import fit_gradient_boosting
+
+    X, y = _synthetic(3000, seed=4)
+    late = y > np.quantile(y, 0.75)
+    for model in (fit_gradient_boosting(X, late, max_iter=40), LogisticRegression(max_iter=500).fit(X, late)):
+        model_bytes = to_onnx(model)
+        assert [o.name for o in onnx.load_from_string(model_bytes).graph.output] == list(OUTPUTS)
+        check = parity(model, model_bytes, X[:500])
+        assert check.ok(1e-4) and set(check.max_abs_diff) == set(OUTPUTS), check
+        prediction, score = run_onnx(model_bytes, X[:500])
+        assert np.allclose(score, model.predict_proba(X[:500])[:, 1], atol=1e-5)
+        assert set(np.unique(prediction)) == {0.0, 1.0} and (prediction == (score >= 0.5)).all()
+
+
+def test_a_model_the_platform_cannot_export_is_named():
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+
+    from mlrelease.errors import StepError
+
+    X, y = _synthetic(300)
+    with pytest.raises(StepError, match="LinearRegression can be exported neither by itself .* nor as a binary"):
+        to_onnx(LinearRegression().fit(X, y))
+    three_classes = np.digitize(y, np.quantile(y, [0.33, 0.66]))
+    with pytest.raises(StepError, match=r"classes must be \[0, 1\] \(P\(1\) is the score\), got \[0, 1, 2\]"):
+        to_onnx(LogisticRegression(max_iter=300).fit(X, three_classes))
+
+
 def test_holdout_metrics_values():
     m = holdout_metrics(
         np.array([1.0, 2.0, 3.0, 4.0, 5.0]), np.array([0.9, 0.9, 0.9, 0.9, 0.1]), np.array([1.0, 2.0, 3.0, 4.0, 15.0])
