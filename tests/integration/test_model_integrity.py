@@ -110,10 +110,11 @@ def test_swapped_bytes_are_refused_by_each_step_and_by_triton(world, champion):
         # other version and refuses that one, naming its digest; a rollback that needs it fails naming it too.
         client.unload(MODEL_NAME)
         _until_not_ready(client, champion)
-        up = local_triton.up(world)
-        assert up["serving"]["serving"] == [champion] and up["serving"]["reloaded"] == [champion]
-        assert list(up["serving"]["refused"]) == [str(version)]
-        _one_line_naming(StepError(up["serving"]["refused"][str(version)]), *digests)
+        up = local_triton.up(world)["serving"]
+        assert list(up) == [MODEL_NAME]
+        assert up[MODEL_NAME]["serving"] == [champion] and up[MODEL_NAME]["reloaded"] == [champion]
+        assert list(up[MODEL_NAME]["refused"]) == [str(version)]
+        _one_line_naming(StepError(up[MODEL_NAME]["refused"][str(version)]), *digests)
         assert client.version_ready(MODEL_NAME, champion) and not client.version_ready(MODEL_NAME, version)
         _one_line_naming(StepError(rollout_status(world)["triton"]["refused"][str(version)]), *digests)
         with pytest.raises(StepError, match=rf"version\(s\) \[{version}\] cannot be served") as refused:

@@ -240,7 +240,8 @@ def test_a_restarted_triton_gets_its_versions_back_and_a_rollback_still_reaches_
     assert release.stage(1)["status"] == "opened"  # stage 1: high_value half on the candidate
     local_triton.down(fresh.settings)
     started = local_triton.up(fresh.settings)  # what a person (or a supervisor) runs after the crash
-    assert started["serving"]["reloaded"] == [GOOD, HEALTHY_CANDIDATE]  # the policy's versions, no manual load
+    # the policy's versions, no manual load
+    assert started["serving"][MODEL_NAME]["reloaded"] == [GOOD, HEALTHY_CANDIDATE]
     assert all(fresh.client().version_ready(MODEL_NAME, v) for v in (GOOD, HEALTHY_CANDIDATE))
     # A restart that forgets them (a bare server): the rollback reloads stable itself, then moves traffic.
     fresh.client().unload(MODEL_NAME)

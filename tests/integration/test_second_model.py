@@ -170,3 +170,15 @@ def test_a_process_that_does_not_name_its_model_is_refused_before_any_work(world
     named_wrong = {**env, "MLRELEASE_MODEL": "route_risk"}
     done = _run(named_wrong, "step", "export", "--model-version", "1", ok=False)
     assert done.returncode != 0 and "no model 'route_risk' is declared" in done.stderr
+
+
+def test_one_triton_serves_every_model_whichever_process_starts_it(world, bootstrapped):
+    import requests
+
+    env, _ = world
+    parcel_process = {**env, "MLRELEASE_MODEL": "parcel_eta"}
+    _run(env, "triton", "down")
+    up = json.loads(_run(parcel_process, "triton", "up").stdout)
+    assert up["serving"][MODEL]["serving"] == [1] and up["serving"][MODEL]["reloaded"] == [1], up["serving"]
+    ready = requests.get(f"{up['url']}/v2/models/{MODEL}/versions/1/ready", timeout=5)
+    assert ready.status_code == 200

@@ -143,7 +143,7 @@ def _supervisors(home: Path) -> list[int]:
 def test_up_is_idempotent_and_a_killed_server_is_restarted_by_itself(settings):
     paths = TritonPaths.from_settings(settings)
     started = local_triton.up(settings)
-    assert started["status"] == "started" and started["serving"]["status"] == "nothing declared"
+    assert started["status"] == "started" and started["serving"] == {}
     supervisor = started["supervisor"]["pid"]
     again = local_triton.up(settings)
     assert again["status"] == "already running"
@@ -209,7 +209,7 @@ def test_up_that_can_serve_no_declared_version_fails_naming_it_and_leaves_nothin
     assert supervisor_pid(paths) is None and running_pid(paths) is None and not _supervisors(settings.home)
     # and a fixed repository starts cleanly afterwards: nothing left behind refuses the next `up`
     (root / "parcel_eta" / "1" / "model.onnx").write_bytes(b"exported bytes")
-    assert local_triton.up(settings)["serving"]["status"] == "in sync"
+    assert local_triton.up(settings)["serving"]["parcel_eta"]["status"] == "in sync"
 
 
 def test_a_server_left_by_a_killed_supervisor_is_adopted_not_restarted(settings):

@@ -37,7 +37,9 @@ def publish_to_local_server(settings: Settings, production_root: Path, *, regist
     sync_cpu_repository(production_root, TritonPaths.from_settings(settings).cpu_repository, MODEL_NAME)
 
 
-def load_only(settings: Settings, client: TritonClient, production_root: Path, versions: list[int]) -> None:
+def load_only(
+    settings: Settings, client: TritonClient, production_root: Path, versions: list[int], *, model: str = MODEL_NAME
+) -> None:
     """Have Triton load exactly `versions` (already verified) of the model, whatever else the repository's policy lists.
 
     Locally the CPU mirror is written to serve only them; against a cluster's Triton, which reads the production
@@ -45,15 +47,13 @@ def load_only(settings: Settings, client: TritonClient, production_root: Path, v
     file is never offered to the server, so it cannot stop the others from loading.
     """
     if os.environ.get("MLRELEASE_TRITON_URL"):
-        config = read_config(production_root, MODEL_NAME)
+        config = read_config(production_root, model)
         del config.version_policy.specific.versions[:]
         config.version_policy.specific.versions.extend(sorted(versions))
-        client.load(MODEL_NAME, config=config)
+        client.load(model, config=config)
         return
-    sync_cpu_repository(
-        production_root, TritonPaths.from_settings(settings).cpu_repository, MODEL_NAME, serve_only=versions
-    )
-    client.load(MODEL_NAME)
+    sync_cpu_repository(production_root, TritonPaths.from_settings(settings).cpu_repository, model, serve_only=versions)
+    client.load(model)
 
 
 def disable_everywhere(settings: Settings, production_root: Path) -> None:

@@ -2,7 +2,7 @@
 
 Two checks, both pure (files and the registry only, never Triton), for any step that is about to use a version:
 
-- `verify_version`: the SHA-256 and size of `<root>/parcel_eta/<version>/model.onnx` equal what the export
+- `verify_version`: the SHA-256 and size of `<root>/<model>/<version>/model.onnx` equal what the export
   wrote into that version's model_config.json and, given a Registry, the version's MLflow tag `onnx_sha256`.
   Steps that load, measure, compare or promote a version call it first::
 
@@ -34,18 +34,18 @@ _SHOWN = 12  # hex characters of a digest in a message: enough to tell two files
 Tensors = dict[str, tuple[str, list[int]]]  # name → (Triton type without TYPE_, full shape; -1 = any size)
 
 
-def verified_bytes(root: Path, version: int, *, registry: Registry | None = None) -> bytes:
+def verified_bytes(root: Path, version: int, *, registry: Registry | None = None, model: str = MODEL_NAME) -> bytes:
     """The bytes of a version's model.onnx, read once and checked against the export's record (see verify_version).
 
     Callers that go on to use the bytes (parity, conversion checks) use these, so what they derive is from
     exactly the bytes that were verified, not from a second read of a file that may have changed since.
     """
-    return _verified(root, version, registry)[0]
+    return _verified(root, version, registry, model)[0]
 
 
-def _verified(root: Path, version: int, registry: Registry | None) -> tuple[bytes, str]:
+def _verified(root: Path, version: int, registry: Registry | None, model: str) -> tuple[bytes, str]:
     """(bytes, sha256) of a version's model.onnx once it matched its record; raises as verify_version says."""
-    directory = version_dir(root, MODEL_NAME, version)
+    directory = version_dir(root, model, version)
     model_path, meta_path = directory / MODEL_FILE, directory / METADATA_FILE
     if not model_path.is_file():
         raise StepError(f"v{version} has no {MODEL_FILE} at {model_path}: re-export version {version}")
@@ -72,13 +72,13 @@ def _verified(root: Path, version: int, registry: Registry | None) -> tuple[byte
     return data, digest
 
 
-def verify_version(root: Path, version: int, *, registry: Registry | None = None) -> str:
+def verify_version(root: Path, version: int, *, registry: Registry | None = None, model: str = MODEL_NAME) -> str:
     """A version's model.onnx SHA-256, checked against the export's record: GateFailed on a mismatch, StepError if gone.
 
     The record is the version's model_config.json (sha256, and size where recorded) and, given `registry`,
     the MLflow version tag `onnx_sha256` (when export has set it). No Triton is involved.
     """
-    return _verified(root, version, registry)[1]
+    return _verified(root, version, registry, model)[1]
 
 
 def verify_policy(root: Path, *, registry: Registry | None = None) -> dict[int, str]:
@@ -88,14 +88,14 @@ def verify_policy(root: Path, *, registry: Registry | None = None) -> dict[int, 
 
 
 def verify_each(
-    root: Path, versions: list[int], *, registry: Registry | None = None
+    root: Path, versions: list[int], *, registry: Registry | None = None, model: str = MODEL_NAME
 ) -> tuple[dict[int, str], dict[int, str]]:
     """(digest of each version that verifies, why each other one does not): one bad file refuses only itself."""
     digests: dict[int, str] = {}
     refused: dict[int, str] = {}
     for version in versions:
         try:
-            digests[version] = verify_version(root, version, registry=registry)
+            digests[version] = verify_version(root, version, registry=registry, model=model)
         except StepError as exc:  # GateFailed (a swapped file) or a missing file or record
             refused[version] = str(exc)
     return digests, refused

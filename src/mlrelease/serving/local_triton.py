@@ -37,7 +37,7 @@ from mlrelease.serving.local_layout import (
     supervisor_state,
     toolchain_env,
 )
-from mlrelease.serving.reconcile import RELOAD_TIMEOUT_S, reconcile, refusal_lines
+from mlrelease.serving.reconcile import RELOAD_TIMEOUT_S, reconcile_all, refusal_lines
 from mlrelease.settings import Settings
 from mlrelease.storage import file_lock, write_text_atomic
 
@@ -81,8 +81,8 @@ def up(settings: Settings, timeout_s: float = 60.0) -> dict[str, Any]:
     """Start tritonserver under its supervisor unless they already run; wait until the declared versions are loaded.
 
     The supervisor restarts the server whenever it dies and reloads the repository's declared versions after
-    every start; `serving` is what that reconcile did. Idempotent: with a supervisor already running this waits
-    for it to be serving and reconciles once more (a version unloaded by hand is loaded again).
+    every start; `serving` is what that reconcile did, by model. Idempotent: with a supervisor already running this
+    waits for it to be serving and reconciles once more (a version unloaded by hand is loaded again).
     """
     paths, ports = TritonPaths.from_settings(settings), Ports.from_env()
     paths.state.mkdir(parents=True, exist_ok=True)
@@ -131,7 +131,8 @@ def _nothing_served(state: dict[str, Any]) -> str | None:
     if state.get("reconcile_error"):
         return f"tritonserver started but its declared versions could not be loaded: {state['reconcile_error']}"
     serving = state.get("serving") or {}
-    if serving.get("declared") and not serving.get("serving"):
+    declared = any(result.get("declared") for result in serving.values())
+    if declared and not any(result.get("serving") for result in serving.values()):
         return "tritonserver started but serves none of its declared versions: " + "; ".join(refusal_lines(serving))
     return None
 
@@ -205,9 +206,9 @@ def _tail(path: Path, lines: int = 5) -> str:
         return f"(no log at {path})"
 
 
-def _reconciled(settings: Settings, ports: Ports) -> dict[str, Any]:
-    """Load what the repository's policy declares (a restarted server serves the same versions again)."""
-    return reconcile(settings, ports.http_url)
+def _reconciled(settings: Settings, ports: Ports) -> dict[str, dict[str, Any]]:
+    """Load what the repository's policy declares, every model's (a restarted server serves the same versions again)."""
+    return reconcile_all(settings, ports.http_url)
 
 
 def down(settings: Settings, timeout_s: float = 20.0) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from mlrelease.storage import sha256, write_text_atomic
 
 MODEL_FILE = "model.onnx"
 METADATA_FILE = "model_config.json"
+CONFIG_FILE = "config.pbtxt"  # a model folder's Triton config: what the repository serves of it
 
 
 def model_repository(settings: Settings) -> Path:
@@ -128,14 +129,14 @@ def write_version(root: Path, model: str, version: int, model_bytes: bytes, meta
 
 def write_config(root: Path, config: mc.ModelConfig) -> Path:
     """Replace the model's config.pbtxt atomically."""
-    path = root / config.name / "config.pbtxt"
+    path = root / config.name / CONFIG_FILE
     write_text_atomic(path, to_pbtxt(config))
     return path
 
 
 def read_config(root: Path, model: str) -> mc.ModelConfig:
     """The model's config.pbtxt in a repository, parsed."""
-    return parse_pbtxt((root / model / "config.pbtxt").read_text(encoding="utf-8"))
+    return parse_pbtxt((root / model / CONFIG_FILE).read_text(encoding="utf-8"))
 
 
 def set_version_policy(root: Path, model: str, versions: list[int]) -> bool:
@@ -156,7 +157,7 @@ def disable_config(root: Path, model: str) -> None:
     Used when the only version in the policy failed: the repository must not say "serve it". The next
     export writes a fresh config.pbtxt.
     """
-    config = root / model / "config.pbtxt"
+    config = root / model / CONFIG_FILE
     if config.exists():
         os.replace(config, config.with_name("config.pbtxt.disabled"))
 

@@ -51,7 +51,7 @@ from mlrelease.serving.local_layout import (
     server_argv,
     toolchain_env,
 )
-from mlrelease.serving.reconcile import reconcile, refusal_lines
+from mlrelease.serving.reconcile import reconcile_all, refusal_lines
 from mlrelease.serving.triton_client import TritonUnreachable
 from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic, write_text_atomic
@@ -276,7 +276,7 @@ class Supervisor:
 
         self._save(phase=RECONCILING)
         try:
-            serving = reconcile(self.settings, self.ports.http_url)
+            serving = reconcile_all(self.settings, self.ports.http_url)
         except TritonUnreachable as exc:  # it went away again: the watch sees the exit (restart) or tries again
             self._reconcile_due = time.monotonic() + 1.0
             self._save(phase=RECONCILING, reconcile_error=str(exc))
@@ -291,7 +291,8 @@ class Supervisor:
         # A refused version is tried again later (a person may have put the right file back); the rest is served.
         self._reconcile_due = time.monotonic() + self.policy.reconcile_retry_s if refused else None
         self._save(phase=SERVING, serving=serving, reconcile_error=None)
-        log.info("serving %s of declared %s: %s", serving.get("serving"), serving.get("declared"), serving["status"])
+        for model, done in serving.items():
+            log.info("%s: serving %s of declared %s: %s", model, done["serving"], done["declared"], done["status"])
         for line in refused:
             log.error("reconcile: %s (trying again in %.0f s)", line, self.policy.reconcile_retry_s)
 
