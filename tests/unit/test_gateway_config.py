@@ -106,6 +106,8 @@ def test_an_empty_file_is_the_defaults_for_the_declared_model(tmp_path):
 
 
 def test_a_model_no_spec_declares_is_named_with_the_declared_ones(tmp_path):
-    config = load_config(_write(tmp_path, {"model": "late_delivery"}))
-    with pytest.raises(StepError, match=r"no model 'late_delivery' is declared in .*models \(declared: parcel_eta\)"):
+    config = load_config(_write(tmp_path, {"model": "route_risk"}))
+    with pytest.raises(
+        StepError, match=r"no model 'route_risk' is declared in .*models \(declared: late_delivery, parcel_eta\)"
+    ):
         _ = config.cohorts

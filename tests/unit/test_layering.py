@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "release_spec",
                 "settings",
                 "sources",
+                "spec_features",
                 "storage",
                 "timewindow",
                 "watermarks",
