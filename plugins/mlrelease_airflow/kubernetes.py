@@ -8,7 +8,6 @@ import os
 from typing import Any
 
 from mlrelease.exit_codes import EXIT_GATE_FAILED, EXIT_SKIPPED
-from mlrelease.release_spec import process_spec
 from mlrelease_airflow.pod_spec import CONFIG_MOUNT, STATE_MOUNT, XCOM_PATH, ClusterSettings, StepPod
 from mlrelease_airflow.ticks import defer_until_next_check
 
@@ -148,7 +147,6 @@ def kubernetes_step_operator(task_id: str, pod: StepPod, cluster: ClusterSetting
             "MLRELEASE_TRAFFIC_ROUTER": cluster.traffic_router,
             "MLRELEASE_GATEWAY_CONFIG": f"{CONFIG_MOUNT}/gateway.yaml",
             "MLRELEASE_HTTPROUTE_CONFIG": f"{CONFIG_MOUNT}/httproute.yaml",
-            "MLRELEASE_MODEL": process_spec().name,  # the model the step releases: the DAG's
         },
         env_from=[k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cluster.env_secret))],
         service_account_name=cluster.service_account,

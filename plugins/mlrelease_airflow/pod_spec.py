@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 
 from mlrelease.outcome import INTERVAL_END_ENV, RUN_ID_ENV, TASK_ID_ENV, TRY_NUMBER_ENV
+from mlrelease.release_spec import MODEL_ENV, process_spec
 from mlrelease.stepdefs import Resources, StepDef
 
 __all__ = ["OUTCOME_ENV", "ClusterSettings", "Resources", "StepPod"]
@@ -58,8 +59,12 @@ class StepPod:
 
     @property
     def env_vars(self) -> dict[str, str]:
-        """The container's templated environment on either runner: the outcome identity, then the step's own."""
-        return {**dict(OUTCOME_ENV), **dict(self.env)}
+        """The container's templated environment on either runner: the outcome identity, the model, the step's own.
+
+        The model is the one this Airflow deployment releases (its MLRELEASE_MODEL, else the only declared spec),
+        resolved when the DAG is parsed, so every step process releases the DAG's model whatever its own env says.
+        """
+        return {**dict(OUTCOME_ENV), MODEL_ENV: process_spec().name, **dict(self.env)}
 
     @property
     def cmds(self) -> list[str]:

@@ -269,6 +269,7 @@ def airflow(
         "AIRFLOW_CONFIG": str(REPO / "airflow.cfg"),  # the repo's dags/plugins folders, LocalExecutor, SQLite
         "MLRELEASE_REPO": str(REPO),
         "MLRELEASE_HOME": str(live_home),
+        "MLRELEASE_MODEL": "parcel_eta",  # the model this Airflow releases (the repository declares two)
         "MLRELEASE_TASK_RETRIES": "0",
         "AIRFLOW_CONN_MLRELEASE_ALERTS": json.dumps({"conn_type": "http", "extra": {"url": alerts.url}}),
         "MLRELEASE_TRITON_HTTP_PORT": str(free_port()),
