@@ -7,7 +7,10 @@ latency judged by sequential paired tests of single-row calls, interleaved so bo
 load: the geometric mean, and the tail (the share of calls slower than stable's p95).
 The replayed orders' actual ETAs are known, so both versions' served answers (ETA and confidence, from
 the graph Triton runs, not the native model train scored) are also judged on them: MAE, P90 error,
-calibration and per-cohort low-confidence shares (`mlrelease.verdicts.served_quality`). The labels are
+calibration and per-cohort low-confidence shares (`mlrelease.verdicts.served_quality`); a binary classifier's
+served probabilities on log loss, AUC, calibration and per-cohort predicted positive rates, with the tolerances of
+its release spec's gates (`mlrelease.verdicts.classifier_quality`), in place of the regression contracts and the
+per-cohort ETA shifts. The labels are
 joined on order_id after the call; they are never part of the rows sent. Any breach fails the gate with
 a report (also written under the run's artifacts and tagged on the MLflow version).
 """
@@ -25,6 +28,7 @@ import numpy as np
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
+from mlrelease.release_spec import ClassificationGates, process_spec
 from mlrelease.rollout.gates import held_by_open_rollout
 from mlrelease.rollout.plan import ShadowSpec, load_plan
 from mlrelease.serving.endpoint import triton_url
@@ -35,6 +39,7 @@ from mlrelease.serving.withdraw import withdraw_refused
 from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic
 from mlrelease.timewindow import run_key
+from mlrelease.verdicts.classifier_quality import ClassifierContract, classifier_breaches, classifier_quality
 from mlrelease.verdicts.decide import ON_INCONCLUSIVE, Verdict, decide
 from mlrelease.verdicts.sequential import Band, mean_level
 from mlrelease.verdicts.served_quality import QualityContract, quality_breaches, served_quality
@@ -50,7 +55,7 @@ def replay_rows(settings: Settings, data_end: datetime, samples: int) -> tuple[n
 
 
 def replay_orders(settings: Settings, data_end: datetime, samples: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`replay_rows` and each order's actual ETA (hours; NaN where the order has no label)."""
+    """`replay_rows` and each order's label (the model's: an ETA in hours, or 0/1; NaN where the order has none)."""
     from mlrelease.gateway.config import load_config
     from mlrelease.gateway.traffic import order_pool
     from mlrelease.model.features import FEATURES, TARGET, encode
@@ -69,7 +74,7 @@ def replay_orders(settings: Settings, data_end: datetime, samples: int) -> tuple
 
 
 def _answers(client: TritonClient, version: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(eta_prediction, confidence_score) of one version for every row, as Triton serves them."""
+    """(prediction, score) of one version for every row, as Triton serves them (the spec's two outputs)."""
     parts = [client.infer(MODEL_NAME, version, rows[i : i + BATCH], OUTPUTS) for i in range(0, len(rows), BATCH)]
     eta, confidence = (np.concatenate([p[name] for p in parts]).astype(np.float64) for name in OUTPUTS)
     return eta, confidence
@@ -90,6 +95,44 @@ def quality_contract(spec: ShadowSpec, seed: int) -> QualityContract:
         resamples=spec.quality_bootstrap,
         seed=seed,
     )
+
+
+def classifier_contract(spec: ShadowSpec, gates: ClassificationGates, seed: int) -> ClassifierContract:
+    """A classifier's served-quality contract: its release spec's tolerances at the shadow spec's α."""
+    return ClassifierContract(
+        alpha=spec.quality_alpha,
+        log_loss_tolerance=gates.log_loss_tolerance,
+        auc_tolerance=gates.auc_tolerance,
+        max_calibration_error=gates.max_calibration_error,
+        positive_rate_tolerance=gates.max_positive_rate_gap,
+        on_inconclusive=spec.quality_on_inconclusive,
+        resamples=spec.quality_bootstrap,
+        seed=seed,
+    )
+
+
+def judge_quality(
+    spec: ShadowSpec,
+    candidate: tuple[np.ndarray, np.ndarray],
+    stable: tuple[np.ndarray, np.ndarray],
+    actual: np.ndarray,
+    cohorts: np.ndarray,
+    seed: int,
+) -> dict[str, Any]:
+    """The served-quality contracts of the model's task on both versions' (prediction, score) for the same orders.
+
+    A regression model is judged on its predictions and confidences, with the per-cohort shift of its predictions
+    (`eta_shift_by_cohort`); a binary classifier on its probabilities (the score), whose per-cohort positive rates
+    take the shifts' place (a 0/1 decision has no ratio to shift).
+    """
+    gates = process_spec().gates
+    if isinstance(gates, ClassificationGates):
+        contract = classifier_contract(spec, gates, seed)
+        return {"served_quality": classifier_quality(candidate[1], stable[1], actual, cohorts, contract)}
+    return {
+        "eta_shift_by_cohort": cohort_shifts(candidate[0], stable[0], cohorts, spec),
+        "served_quality": served_quality(candidate, stable, actual, cohorts, quality_contract(spec, seed=seed)),
+    }
 
 
 def latency_verdict(
@@ -241,7 +284,9 @@ def breaches(report: dict[str, Any], spec: ShadowSpec) -> list[str]:
                 f"{cohort} ETAs moved beyond ±{spec.shift_tolerance:.0%} on the same orders: mean ratio "
                 f"{shift['ratio']:.3f} (band {low:.3f} … {high:.3f} at α={spec.shift_alpha:g}, {shift['rows']} rows)"
             )
-    found.extend(quality_breaches(report["served_quality"]) if "served_quality" in report else [])
+    quality = report.get("served_quality")
+    if quality is not None:
+        found.extend(classifier_breaches(quality) if quality.get("task") else quality_breaches(quality))
     verdict = report.get("latency_verdict")
     if verdict in (Verdict.FAIL, Verdict.INCONCLUSIVE):
         low, high = report["latency_ratio_band"]
@@ -290,9 +335,7 @@ def shadow(settings: Settings, version: int, data_end: datetime, *, plan_path: P
     try:
         candidate, stable = _answers(client, version, rows), _answers(client, champion, rows)
         report = compare(candidate[0], stable[0], cohorts, spec)
-        report["eta_shift_by_cohort"] = cohort_shifts(candidate[0], stable[0], cohorts, spec)
-        contract = quality_contract(spec, seed=int(data_end.timestamp()))
-        report["served_quality"] = served_quality(candidate, stable, actual, cohorts, contract)
+        report.update(judge_quality(spec, candidate, stable, actual, cohorts, seed=int(data_end.timestamp())))
         report.update(latency_verdict(client, (version, champion), rows, spec))
     finally:
         client.close()
