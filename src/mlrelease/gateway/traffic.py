@@ -63,7 +63,8 @@ def order_pool(offline_dir: Path, as_of: datetime, cohorts: CohortConfig, hours:
     packages = read_window(offline_dir / "packages", window).drop(columns="event_timestamp")
     users = _latest_before(read_window(offline_dir / "users", context, allow_missing=True), "user_id", as_of_ts)
     routes = _latest_before(read_window(offline_dir / "routes", context, allow_missing=True), "route_id", as_of_ts)
-    pool = orders.drop(columns=["event_timestamp", "eta_hours"]).merge(packages, on="package_id")
+    # An order contributes its keys only: its outcomes (eta_hours, promised_hours, is_late) are labels, never sent.
+    pool = orders[["order_id", "user_id", "package_id", "route_id"]].merge(packages, on="package_id")
     pool = pool.merge(users, on="user_id").merge(routes, on="route_id")
     pool["cohort"] = [assign_cohort(cohorts, {str(k): v for k, v in row.items()}) for row in pool.to_dict("records")]
     return pool.reset_index(drop=True)
