@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from mlrelease.data.generate import generate
-from mlrelease.exit_codes import EXIT_GATE_FAILED
+from mlrelease.exit_codes import EXIT_GATE_FAILED, EXIT_STEP_ERROR
+from mlrelease.release_spec import SPECS_DIR
 from mlrelease.serving.triton_repo import parse_pbtxt
 from mlrelease.timewindow import Window, run_key
 from tests.conftest import HISTORY, ROWS_PER_DAY, WINDOW_END, WINDOW_START, free_port
@@ -162,14 +163,16 @@ def test_a_process_that_does_not_name_its_model_is_refused_before_any_work(world
     unnamed = {k: v for k, v in env.items() if k != "MLRELEASE_MODEL"}
     before = sorted(p.name for p in (home / "model_repository").iterdir())
     done = _run(unnamed, "step", "train", "--start", NEXT.start.isoformat(), "--end", NEXT.end.isoformat(), ok=False)
-    assert done.returncode != 0
-    assert "declares 2 models (late_delivery, parcel_eta): set MLRELEASE_MODEL to the one this process releases" in (
-        done.stderr
+    assert (done.returncode, done.stderr) == (
+        EXIT_STEP_ERROR,
+        f"mlrelease: error: {SPECS_DIR} declares 2 models (late_delivery, parcel_eta): set MLRELEASE_MODEL to the one "
+        "this process releases\n",
     )
     assert sorted(p.name for p in (home / "model_repository").iterdir()) == before
     named_wrong = {**env, "MLRELEASE_MODEL": "route_risk"}
     done = _run(named_wrong, "step", "export", "--model-version", "1", ok=False)
-    assert done.returncode != 0 and "no model 'route_risk' is declared" in done.stderr
+    assert done.returncode == EXIT_STEP_ERROR and done.stderr.startswith("mlrelease: error: no model 'route_risk'")
+    assert len(done.stderr.splitlines()) == 1
 
 
 def test_one_triton_serves_every_model_whichever_process_starts_it(world, bootstrapped):
