@@ -28,6 +28,7 @@ from mlrelease.exit_codes import (  # the CLI's contract, importable from here t
     STATUS_SUCCESS,
 )
 from mlrelease.gateway.cli import add_commands as add_gateway_commands
+from mlrelease.models_cli import add_commands as add_models_commands
 from mlrelease.outcome import StepRun
 from mlrelease.settings import Settings
 from mlrelease.stepdefs import STEPS, StepDef
@@ -260,31 +261,6 @@ def _cmd_triton(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     return action(settings)
 
 
-def _cmd_models_list(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    from pathlib import Path
-
-    from mlrelease.release_spec import SPEC_FILE, SPECS_DIR, load_specs
-
-    folder = Path(args.specs) if args.specs else SPECS_DIR
-    specs = load_specs(folder)
-    return {
-        "specs": str(folder),
-        "models": [
-            {
-                "name": spec.name,
-                "task": str(spec.task),
-                "spec": str(folder / spec.name / SPEC_FILE),
-                "description": spec.description,
-                "feature_service": spec.features.service,
-                "label": spec.features.label.column,
-                "inputs": len(spec.features.columns),
-                "outputs": {o.name: o.role for o in spec.outputs},
-            }
-            for spec in specs.values()
-        ],
-    }
-
-
 def _cmd_summary(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.summary import format_summary
 
@@ -366,12 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
         handler=_cmd_rollout_status, result_to_xcom=False
     )
 
-    models = sub.add_parser("models", help="the models declared by release specs").add_subparsers(
-        dest="models_command", required=True
-    )
-    listing = models.add_parser("list", help="every models/<name>/release.yaml, validated (JSON)")
-    listing.add_argument("--specs", help="the specs folder (default: the repository's models/)")
-    listing.set_defaults(handler=_cmd_models_list, result_to_xcom=False)
+    add_models_commands(sub)
 
     triton = sub.add_parser("triton", help="the local CPU Triton server (embedded default)")
     triton.add_argument("action", choices=["up", "down", "status"])

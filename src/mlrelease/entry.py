@@ -16,6 +16,11 @@ from mlrelease.exit_codes import EXIT_STEP_ERROR
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; a model that cannot be resolved at import is one line on stderr and EXIT_STEP_ERROR."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["models"]:  # about every declared model: runs without resolving this process's
+        from mlrelease.models_cli import main as models_main
+
+        return models_main(argv)
     try:
         from mlrelease.cli import main as cli_main
     except StepError as exc:

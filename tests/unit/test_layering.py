@@ -61,7 +61,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("summary", frozenset({"summary"})),
     ("report, deploy", frozenset({"report", "deploy"})),
     ("steps", frozenset({"steps"})),
-    ("entry points", frozenset({"cli", "entry", "stepdefs"})),
+    ("entry points", frozenset({"cli", "entry", "models_cli", "stepdefs"})),
 )
 LAYER_OF = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
 

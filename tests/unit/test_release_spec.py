@@ -174,6 +174,14 @@ def test_models_list_prints_every_declared_model(tmp_path, capsys):
     assert listed["models"][1]["spec"] == str(tmp_path / "parcel_eta" / "release.yaml")
 
 
+def test_models_list_runs_without_a_process_model(monkeypatch, capsys):
+    from mlrelease.entry import main as console_script
+
+    monkeypatch.delenv(MODEL_ENV, raising=False)  # two declared, none named: every other command refuses
+    assert console_script(["models", "list"]) == 0
+    assert [m["name"] for m in json.loads(capsys.readouterr().out)["models"]] == ["late_delivery", "parcel_eta"]
+
+
 def test_models_list_fails_on_a_bad_spec_with_one_line(tmp_path, capsys):
     _write(tmp_path, {**PARCEL, "task": "ranking"})
     assert main(["models", "list", "--specs", str(tmp_path)]) != 0
