@@ -275,7 +275,7 @@ def classifier_breaches(quality: dict[str, Any]) -> list[str]:
         )
     calibration = quality["calibration"]
     if calibration["verdict"] == Verdict.FAIL:
-        low, high, ece = *calibration["band"], calibration["expected_calibration_error"]
+        (low, high), ece = calibration["band"], calibration["expected_calibration_error"]
         found.append(
             f"served probabilities miscalibrated: expected calibration error {ece:.3f}"
             f" (band {low:.3f} … {high:.3f} at α={alpha:g}, {n} labelled orders) > {calibration['max']:g}"
