@@ -112,6 +112,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_airflow_live.py",  # two whole nights on a real scheduler, the second with a staged rollout
     "tests/integration/test_rollout.py",
     "tests/integration/test_model_path.py",
+    "tests/integration/test_second_model.py",
     "tests/e2e/test_nightly_release_dag.py",
     "tests/integration/test_gateway.py",
     "tests/integration/test_model_integrity.py",

@@ -190,6 +190,29 @@ def test_a_deferred_tick_that_has_not_decided_defers_again_until_its_next_check(
     assert op._reentry_result == {"decided": True, "action": "advance"}
 
 
+def test_a_look_is_never_deferred_by_less_than_the_floor():
+    from datetime import UTC, datetime, timedelta
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from mlrelease_airflow.ticks import MIN_DEFERRAL, defer_until_next_check
+
+    class Operator:
+        log = __import__("logging").getLogger("test")
+
+        def defer(self, *, trigger, method_name):
+            raise TaskDeferred(trigger=trigger, method_name=method_name)
+
+    now = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
+    soon = {"decided": False, "next_check_at": (now + timedelta(seconds=2)).isoformat()}
+    later = {"decided": False, "next_check_at": (now + timedelta(minutes=5)).isoformat()}
+    for result, expected in ((soon, now + MIN_DEFERRAL), (later, now + timedelta(minutes=5))):
+        with pytest.raises(TaskDeferred) as deferred:
+            defer_until_next_check(Operator(), result, now=now)
+        assert deferred.value.trigger.moment == expected
+    assert defer_until_next_check(Operator(), {"decided": True}, now=now) is None
+
+
 def test_a_pod_finished_before_deferring_keeps_its_result(monkeypatch):
     """The provider re-enters at once for a pod already done, and drops what re-entry returns: ours keeps it."""
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
