@@ -21,4 +21,6 @@ RUN pip install --no-cache-dir --no-deps /opt/mlrelease
 # package is installed away from its checkout here, so the specs' folder is named explicitly.
 COPY --chown=50000:0 models/ /opt/mlrelease/models/
 ENV MLRELEASE_SPECS_DIR=/opt/mlrelease/models
+# The model this Airflow releases while the nightly DAG is one (not yet one DAG per spec): its step processes get it.
+ENV MLRELEASE_MODEL=parcel_eta
 COPY --chown=50000:0 plugins/ /opt/airflow/plugins/
