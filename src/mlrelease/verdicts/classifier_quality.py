@@ -26,7 +26,6 @@ contract is checked at its boundary (a candidate exactly at the tolerance) over 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +33,7 @@ import numpy as np
 
 from mlrelease.verdicts.decide import ON_INCONCLUSIVE, Verdict, decide
 from mlrelease.verdicts.sequential import Band
+from mlrelease.verdicts.served_quality import _resolve, _worst_of  # the regression contract's, shared
 
 MIN_COHORT_ROWS = 20  # as the regression contract: below this a cohort is not judged
 CALIBRATION_BINS = 10
@@ -88,10 +88,6 @@ def calibration_errors(probability: np.ndarray, actual: np.ndarray, picks: np.nd
     gap = np.bincount(slot.ravel(), weights=(p[picks] - y[picks]).ravel(), minlength=size)
     # per bin |Σ(p − y)| = count·|mean p − positive share|; summed and divided by n it is the row-weighted ECE
     return np.abs(gap).reshape(len(picks), CALIBRATION_BINS).sum(axis=1) / picks.shape[1]
-
-
-def _resolve(verdict: Verdict, on_inconclusive: str) -> Verdict:
-    return ON_INCONCLUSIVE[on_inconclusive] if verdict is Verdict.CONTINUE else verdict
 
 
 def _percentile_band(estimate: float, replicates: np.ndarray, alpha: float, n: int) -> Band:
@@ -239,13 +235,6 @@ def classifier_quality(
     verdicts += [v["verdict"] for v in report["positive_rate_by_cohort"].values()]
     report["verdict"] = str(_worst_of(verdicts))
     return report
-
-
-def _worst_of(verdicts: Iterable[str]) -> Verdict:
-    found = set(verdicts)
-    if Verdict.FAIL in found:
-        return Verdict.FAIL
-    return Verdict.INCONCLUSIVE if Verdict.INCONCLUSIVE in found else Verdict.PASS
 
 
 def classifier_breaches(quality: dict[str, Any]) -> list[str]:
