@@ -67,6 +67,36 @@ def test_one_level_runs_at_its_concurrency_with_its_batch(tmp_path):
     assert argv[argv.index("--max-trials") + 1] == "5"
 
 
+def _unstable_until(tmp_path: Path, stable_at: int) -> Path:
+    """A fake perf_analyzer that fails as the real one does below `stable_at` % stability, and logs each try."""
+    fake = tmp_path / "perf_analyzer"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'while [ "$1" != "--stability-percentage" ]; do shift; done\n'
+        f'echo "$2" >> {tmp_path}/tries\n'
+        f'if [ "$2" -lt {stable_at} ]; then echo "Failed to obtain stable measurement within 5 measurement windows'
+        ' for concurrency 16. Please try to increase the --measurement-interval."; exit 99; fi\n'
+        'while [ "$1" != "-f" ]; do shift; done\n'
+        f'head -2 {CSV} > "$2"\n'
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def test_an_unstable_box_is_measured_at_the_loosest_stability_and_says_so(tmp_path):
+    fake = _unstable_until(tmp_path, 1000)  # a window descheduled now and then: 100 % is not enough
+    levels, stability = run_perf_analyzer(fake, {}, "http://127.0.0.1:8000", "m", 1, tmp_path / "x.csv", PerfSettings())
+    assert stability == 1000 and levels == [Level(1, 806.294, 1206.0, 1826.0)]
+    assert (tmp_path / "tries").read_text().split() == ["50", "100", "1000"]
+
+
+def test_a_server_that_never_settles_is_a_named_error(tmp_path):
+    fake = _unstable_until(tmp_path, 10_000)
+    with pytest.raises(StepError, match="perf_analyzer failed on m version 1: Failed to obtain stable measurement"):
+        run_perf_analyzer(fake, {}, "http://127.0.0.1:8000", "m", 1, tmp_path / "x.csv", PerfSettings())
+    assert (tmp_path / "tries").read_text().split() == ["50", "100", "1000"]
+
+
 # --- the sweep and its declared test ------------------------------------------------------------
 
 
