@@ -279,11 +279,14 @@ def test_second_candidate_is_benchmarked_against_the_champion(world, bootstrappe
     validate_serving(world, version)
     result = benchmark(world, version)  # p99 x1.10, throughput x0.90, PerfSettings(): what the nightly run uses
     perf = PerfSettings()
-    assert result["status"] == "passed" and result["rounds"] == perf.rounds
+    assert result["status"] == "passed" and result["planned_rounds"] == perf.rounds
     assert result["harmed_rounds"] < result["fail_at"] == 8 and result["false_fail_rate"] == pytest.approx(10 / 512)
+    # It stopped once the test of 9 rounds was settled: at its second unharmed round, 8 of 9 can no longer be reached.
+    assert result["rounds"] - result["harmed_rounds"] == perf.rounds - result["fail_at"] + 1 == 2
     assert set(result["levels"]) == {f"challenger v{version}", "champion v1"}
     assert [(lv["concurrency"], lv["batch"]) for lv in result["levels"]["champion v1"]] == list(perf.levels)
-    assert set(result["first_in_round"]) <= {"challenger", "champion"} and len(result["first_in_round"]) == 9
+    assert set(result["first_in_round"]) <= {"challenger", "champion"}
+    assert len(result["first_in_round"]) == len(result["round_statistics"]) == result["rounds"]
     assert Registry.from_settings(world).alias_version(CHAMPION) == 1  # promotion is not the benchmark's job
 
 
@@ -298,7 +301,8 @@ def test_a_candidate_whose_batches_cost_much_more_is_refused_by_the_shipped_gate
     export(world, version)
     monkeypatch.delenv(DRILL_ENV)
     validate_serving(world, version)  # its answers are the model's, bit for bit: every correctness check passes
-    with pytest.raises(GateFailed, match=rf"version {version} is too slow against champion 1 \(9 paired rounds\)"):
+    too_slow = rf"version {version} is too slow against champion 1 \(9 paired rounds(, settled after 8)?\)"
+    with pytest.raises(GateFailed, match=too_slow):
         benchmark(world, version)  # the shipped limits and PerfSettings()
     tags = Registry.from_settings(world).version_tags(version)
     assert tags["drill_fault"] == "batch_cost" and tags["benchmark_status"] == "failed"

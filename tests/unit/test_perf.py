@@ -19,6 +19,7 @@ from mlrelease.serving.perf import (
     parse_csv,
     round_statistic,
     run_perf_analyzer,
+    sign_test_decided,
     sign_test_tail,
 )
 
@@ -207,6 +208,31 @@ def test_median_levels_keep_the_batch_and_no_common_level_is_named():
         compare([[Level(8, 1, 1, 1)]] * 9, [[Level(1, 1, 1, 1)]] * 9, **LIMITS)
     with pytest.raises(StepError, match="rounds are pairs"):
         compare([_round(1, 1)] * 9, [_round(1, 1)] * 8, **LIMITS)
+
+
+def test_a_settled_test_stops_early_with_the_full_tests_decision_for_every_sequence():
+    import itertools
+
+    fail_at = fail_threshold(9, 0.02)
+    for sequence in itertools.product((False, True), repeat=9):  # harmed or not, every one of 512 sequences
+        full = sum(sequence) >= fail_at
+        run = next(n for n in range(1, 10) if sign_test_decided(sum(sequence[:n]), n, 9, fail_at))
+        assert (sum(sequence[:run]) >= fail_at) == full, sequence
+        assert not any(sign_test_decided(sum(sequence[:n]), n, 9, fail_at) for n in range(1, run))
+    assert sign_test_decided(0, 2, 9, 8) and not sign_test_decided(0, 1, 9, 8)  # fine: settled by 2 unharmed
+    assert sign_test_decided(8, 8, 9, 8) and not sign_test_decided(7, 8, 9, 8)  # round 9 could still refuse
+
+
+def test_a_verdict_settled_early_states_the_planned_test_and_refuses_an_unsettled_one():
+    champion = [_round(1000, 1000)] * 2
+    early = compare([_round(1000, 1050)] * 2, champion, **LIMITS, planned_rounds=9)
+    assert early.passed and (early.rounds, early.planned_rounds, early.fail_at) == (2, 9, 8)
+    assert early.false_fail_rate == pytest.approx(10 / 512)  # the full test's rate: curtailing changes no decision
+    assert "0/2 rounds harmed, refused from 8 of 9" in early.reason and "settled after 2 of 9 rounds" in early.reason
+    slow = compare([_round(1000, 1000, peak=3)] * 8, [_round(1000, 1000)] * 8, **LIMITS, planned_rounds=9)
+    assert not slow.passed and slow.harmed_rounds == 8 and "settled after 8 of 9" in slow.reason
+    with pytest.raises(StepError, match="1 of 9 planned rounds measured and the sign test is not settled"):
+        compare([_round(1000, 1050)], [_round(1000, 1000)], **LIMITS, planned_rounds=9)
 
 
 # --- the decision's error rates, simulated through the real code ---------------------------------

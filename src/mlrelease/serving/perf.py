@@ -172,6 +172,16 @@ def fail_threshold(rounds: int, max_false_fail: float) -> int:
     )
 
 
+def sign_test_decided(harmed: int, run: int, planned: int, fail_at: int) -> bool:
+    """True once `harmed` of `run` rounds settles the test of `planned` rounds: the rest cannot change its outcome.
+
+    Curtailment: stopping here gives, for every possible sequence of rounds, the decision the full test would give,
+    so the stated false-fail rate is the full test's. A candidate that is fine stops after the first
+    planned - fail_at + 1 unharmed rounds (2 of 9 as shipped) instead of measuring all of them.
+    """
+    return harmed >= fail_at or run - harmed > planned - fail_at
+
+
 def excesses(
     challenger: list[Level], champion: list[Level], *, max_p99_ratio: float, min_throughput_ratio: float
 ) -> dict[str, float]:
@@ -205,13 +215,14 @@ class Verdict:
     worst_p99_ratio: float  # over levels, the largest median (over rounds) challenger/champion p99 ratio
     worst_throughput_ratio: float  # over levels, the smallest median throughput ratio
     pairs: int  # paired (round, level) measurements of challenger and champion
-    rounds: int
+    rounds: int  # measured: fewer than planned when the test was settled early (sign_test_decided)
     harmed_rounds: int
-    fail_at: int  # the gate fails when at least this many rounds are harmed
-    false_fail_rate: float  # exact: P(Binomial(rounds, 1/2) >= fail_at), a candidate at the tolerance
+    fail_at: int  # the gate fails when at least this many of the planned rounds are harmed
+    false_fail_rate: float  # exact: P(Binomial(planned, 1/2) >= fail_at), a candidate at the tolerance
     round_statistics: tuple[float, ...]  # per round, worst excess + best excess (log scale)
     worst: str  # the level and metric with the largest median excess
     reason: str
+    planned_rounds: int = 0  # the test's size; 0 means `rounds`
 
 
 def _median_ratios(pairs: list[tuple[Level, Level]]) -> dict[tuple[int, int], tuple[float, float]]:
@@ -235,8 +246,11 @@ def compare(
     max_p99_ratio: float,
     min_throughput_ratio: float,
     max_false_fail: float = PerfSettings.max_false_fail,
+    planned_rounds: int | None = None,
 ) -> Verdict:
     """One exact sign test over paired rounds, deciding once for all levels and both metrics.
+
+    `planned_rounds` is the test's size when the rounds given stopped early, settled (`sign_test_decided`).
 
     Round n of each list ran back to back, every level of both versions, in an order a fair coin drew for the
     round (`measure` in the benchmark step). Per level and metric the round has an excess (`excesses`): the log
@@ -268,16 +282,20 @@ def compare(
         raise StepError("champion and challenger were measured at no common concurrency level")
     stats = tuple(round_statistic(excess.values()) for excess in per_round)
     n, harmed = len(stats), sum(s > 0 for s in stats)
-    fail_at = fail_threshold(n, max_false_fail)
-    rate = sign_test_tail(n, fail_at)
+    planned = n if planned_rounds is None else planned_rounds
+    fail_at = fail_threshold(planned, max_false_fail)
+    if n < planned and not sign_test_decided(harmed, n, planned, fail_at):
+        raise StepError(f"{n} of {planned} planned rounds measured and the sign test is not settled: measure them all")
+    rate = sign_test_tail(planned, fail_at)
     pairs = _pairs(challenger, champion)
     medians = _median_ratios(pairs)
     worst_p99 = max(p for p, _ in medians.values())
     worst_tput = min(t for _, t in medians.values())
     worst = _worst(per_round)
+    settled = f", settled after {n} of {planned} rounds" if n < planned else ""
     evidence = (
-        f"{harmed}/{n} rounds harmed, refused from {fail_at} (one sign test over rounds, all levels and both "
-        f"metrics; false-fail rate at the tolerance {rate:.4f})"
+        f"{harmed}/{n} rounds harmed, refused from {fail_at} of {planned} (one sign test over rounds, all levels and "
+        f"both metrics{settled}; false-fail rate at the tolerance {rate:.4f})"
     )
     ratios = f"worst p99 ratio {worst_p99:.2f}, worst throughput ratio {worst_tput:.2f}"
     if harmed < fail_at:
@@ -285,7 +303,9 @@ def compare(
     else:
         tolerance = f"p99 x{max_p99_ratio}, throughput x{min_throughput_ratio}"
         reason = f"beyond the tolerance ({tolerance}): {evidence}; worst: {worst} ({ratios})"
-    return Verdict(harmed < fail_at, worst_p99, worst_tput, len(pairs), n, harmed, fail_at, rate, stats, worst, reason)
+    return Verdict(
+        harmed < fail_at, worst_p99, worst_tput, len(pairs), n, harmed, fail_at, rate, stats, worst, reason, planned
+    )
 
 
 def _pairs(challenger: list[list[Level]], champion: list[list[Level]]) -> list[tuple[Level, Level]]:

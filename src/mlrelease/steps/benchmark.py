@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,18 @@ from mlrelease.rollout.gates import held_by_open_rollout
 from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.integrity import verify_version
 from mlrelease.serving.local_triton import perf_analyzer_command
-from mlrelease.serving.perf import Level, PerfSettings, Verdict, compare, median_levels, run_perf_analyzer
+from mlrelease.serving.perf import (
+    Level,
+    PerfSettings,
+    Verdict,
+    compare,
+    excesses,
+    fail_threshold,
+    median_levels,
+    round_statistic,
+    run_perf_analyzer,
+    sign_test_decided,
+)
 from mlrelease.serving.perf_plot import plot_levels
 from mlrelease.serving.triton_client import TritonClient
 from mlrelease.serving.triton_repo import model_repository, versions_present
@@ -41,8 +53,9 @@ def measure(
     perf: PerfSettings,
     out: Path,
     coin: random.Random | None = None,
+    settled: Callable[[dict[str, list[list[Level]]]], bool] | None = None,
 ) -> tuple[dict[str, list[list[Level]]], list[dict[str, int]], list[str]]:
-    """Paired rounds over every level of `perf`; CSVs land in `out`.
+    """Paired rounds over every level of `perf`, at most `n_rounds`, fewer once `settled` says so; CSVs in `out`.
 
     Returns each version's levels per round, the stability % each version needed per round (its loosest), and
     which version ran first in each round.
@@ -60,7 +73,28 @@ def measure(
             rounds[label].append(measured[label])
         stabilities.append(used)
         first.append(order[0][0])
+        if settled is not None and settled(rounds):
+            break
     return rounds, stabilities, first
+
+
+def settled_by_sign_test(
+    perf: PerfSettings, *, max_p99_ratio: float, min_throughput_ratio: float
+) -> Callable[[dict[str, list[list[Level]]]], bool]:
+    """A stop rule for `measure`: the rounds so far settle the sign test of `perf.rounds` (same verdict, fewer runs)."""
+    fail_at = fail_threshold(perf.rounds, perf.max_false_fail)
+
+    def settled(rounds: dict[str, list[list[Level]]]) -> bool:
+        per_round = [
+            excesses(mine, base, max_p99_ratio=max_p99_ratio, min_throughput_ratio=min_throughput_ratio)
+            for mine, base in zip(rounds["challenger"], rounds["champion"], strict=True)
+        ]
+        if not all(per_round):
+            return True  # no common level: compare names the problem now rather than after every round
+        harmed = sum(round_statistic(excess.values()) > 0 for excess in per_round)
+        return sign_test_decided(harmed, len(per_round), perf.rounds, fail_at)
+
+    return settled
 
 
 def _measure_round(
@@ -136,16 +170,18 @@ def benchmark(
     with tempfile.TemporaryDirectory(prefix="mlrelease-perf-") as tmp:
         # Bootstrap has nothing to compare with: one round records the candidate's numbers.
         n_rounds = perf.rounds if baseline else 1
-        rounds, stabilities, first = measure(settings, client.url, runs, n_rounds, perf, Path(tmp))
+        limits = {"max_p99_ratio": max_p99_ratio, "min_throughput_ratio": min_throughput_ratio}
+        settled = settled_by_sign_test(perf, **limits) if baseline else None
+        rounds, stabilities, first = measure(settings, client.url, runs, n_rounds, perf, Path(tmp), settled=settled)
         series = {f"{label} v{v}": median_levels(rounds[label]) for label, v in runs}
         verdict = None
         if baseline is not None:
             verdict = compare(
                 rounds["challenger"],
                 rounds["champion"],
-                max_p99_ratio=max_p99_ratio,
-                min_throughput_ratio=min_throughput_ratio,
+                **limits,
                 max_false_fail=perf.max_false_fail,
+                planned_rounds=perf.rounds,
             )
         log_evidence(registry, version, Path(tmp), series, verdict)
 
@@ -153,6 +189,7 @@ def benchmark(
         "model_version": version,
         "champion_version": champion,
         "rounds": len(stabilities),
+        "planned_rounds": n_rounds,
         "stability_percentage": stabilities,
         "first_in_round": first,
         "peak": {"concurrency": perf.peak_concurrency, "batch": perf.peak_batch},
@@ -169,7 +206,8 @@ def benchmark(
     )
     if not verdict.passed:
         too_slow = GateFailed(
-            f"version {version} is too slow against champion {champion} ({verdict.rounds} paired rounds): "
+            f"version {version} is too slow against champion {champion} ({verdict.planned_rounds} paired rounds"
+            f"{'' if verdict.rounds == verdict.planned_rounds else f', settled after {verdict.rounds}'}): "
             f"{verdict.reason}"
         )
         raise withdraw_refused(settings, version, too_slow)
