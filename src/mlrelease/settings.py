@@ -46,8 +46,14 @@ class Settings:
 
     @property
     def artifacts_dir(self) -> Path:
-        """Directory for step artifacts (validation reports, metrics files)."""
-        return self.home / "artifacts"
+        """Step artifacts (outcomes, validation reports, metrics files) of the model this process releases.
+
+        One folder per model: two models' nightly runs share a data interval, so a run key alone would let one
+        model's recorded outcome answer for the other's retried step.
+        """
+        from mlrelease.release_spec import process_spec  # lazy: settings is a foundation, read by light commands
+
+        return self.home / "artifacts" / process_spec().name
 
     @property
     def feature_store_yaml(self) -> Path:

@@ -362,7 +362,7 @@ def dag_params(live: LiveAirflow, dag_id: str) -> dict[str, dict[str, Any]]:
 
 def outcomes(home: Path, key: str) -> dict[str, dict[str, Any]]:
     """The step outcomes the runner recorded under the run's artifact folder, by task id."""
-    steps = home / "artifacts" / key / "steps"
+    steps = home / "artifacts" / "parcel_eta" / key / "steps"
     return {p.stem: json.loads(p.read_text()) for p in steps.glob("*.json")} if steps.is_dir() else {}
 
 
@@ -537,7 +537,7 @@ def test_nightly_release_triggered_like_the_form_releases_the_first_model(
     materialized = steps["materialize"]["result"]
     assert materialized["window"] == {"start": WINDOW_START, "end": WINDOW_END}
     assert materialized["overlap_s"] == 3 * 3600 and materialized["loaded_from"] == "2026-11-27T23:00:00+00:00"
-    assert (live_home / "artifacts" / NIGHT_KEY / DATA_DOCS).is_file()  # GX Data Docs of validate_data
+    assert (live_home / "artifacts" / "parcel_eta" / NIGHT_KEY / DATA_DOCS).is_file()  # GX Data Docs of validate_data
     assert alerts.bodies == []
     # The model half: v1 was trained from this interval, exported, served, benchmarked, and bootstrapped.
     assert steps["train"]["result"]["model_version"] == 1

@@ -22,7 +22,7 @@ from tests.conftest import HISTORY, REPO, ROWS_PER_DAY, WINDOW_END
 pytestmark = pytest.mark.e2e
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 ORDER = list(TASK_ORDER)
-RUN_DIR = "artifacts/20261129T020000Z"
+RUN_DIR = "artifacts/parcel_eta/20261129T020000Z"
 
 
 @pytest.fixture(scope="session")

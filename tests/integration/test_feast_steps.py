@@ -67,7 +67,7 @@ def test_materialize_loads_the_window_and_is_idempotent(home_with_data):
 
     fresh = check_freshness(settings, parse_timestamp(WINDOW_END))
     assert fresh["views"]["route_features"]["lag_s"] <= 9 * 3600
-    metrics = (home_with_data / "artifacts/20261129T020000Z/freshness.prom").read_text()
+    metrics = (home_with_data / "artifacts/parcel_eta/20261129T020000Z/freshness.prom").read_text()
     assert 'mlrelease_feature_fresh{feature_view="route_features"} 1.0' in metrics
     assert "mlrelease_feature_freshness_lag_seconds" in metrics
 
@@ -78,7 +78,7 @@ def test_stale_view_fails_freshness_naming_view_and_lag(home_with_data):
     later = parse_timestamp(WINDOW_END) + timedelta(days=2)
     with pytest.raises(StepError, match=r"stale features .*route_features lag \d+\.\dh > budget 9h"):
         check_freshness(settings, later)
-    metrics = (home_with_data / "artifacts/20261201T020000Z/freshness.prom").read_text()
+    metrics = (home_with_data / "artifacts/parcel_eta/20261201T020000Z/freshness.prom").read_text()
     assert 'mlrelease_feature_fresh{feature_view="route_features"} 0.0' in metrics
 
 

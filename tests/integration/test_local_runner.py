@@ -28,7 +28,7 @@ def test_success_returns_the_steps_json_and_records_it(home_with_data):
     op = LocalStepOperator(task_id="apply_features", pod=STEPS["apply-features"])
     result = run_task(op)
     assert result["feature_views"] == ["package_features", "route_features", "user_features"]
-    recorded = json.loads((home_with_data / "artifacts/20261129T020000Z/steps/apply_features.json").read_text())
+    recorded = json.loads((home_with_data / "artifacts/parcel_eta/20261129T020000Z/steps/apply_features.json").read_text())
     assert recorded == {  # recorded by the step itself, as in a pod
         "task_id": "apply_features",
         "step": "apply-features",
@@ -47,7 +47,7 @@ def test_failure_raises_the_steps_one_line_error(home_with_data):
     op.arguments = list(pod.args)
     with pytest.raises(AirflowException, match=r"^mlrelease step check-freshness: error: bad --end 'not-a-time'"):
         run_task(op)
-    recorded = json.loads((home_with_data / "artifacts/20261129T020000Z/steps/check_freshness.json").read_text())
+    recorded = json.loads((home_with_data / "artifacts/parcel_eta/20261129T020000Z/steps/check_freshness.json").read_text())
     assert recorded["status"] == "failed" and "bad --end" in recorded["error"]
 
 
@@ -68,5 +68,5 @@ def test_nothing_to_do_ends_the_task_skipped(home_with_data):
     op.arguments = ["--model-version", "1", "--end", "2026-11-29T02:00:00+00:00", "--plan", ""]
     with pytest.raises(AirflowSkipException, match="shadow: skipped: v1 is the champion already"):
         run_task(op)
-    recorded = json.loads((home_with_data / "artifacts/20261129T020000Z/steps/shadow.json").read_text())
+    recorded = json.loads((home_with_data / "artifacts/parcel_eta/20261129T020000Z/steps/shadow.json").read_text())
     assert recorded["status"] == "skipped" and "nothing to shadow" in recorded["reason"]

@@ -19,7 +19,7 @@ from tests.conftest import HISTORY, ROWS_PER_DAY, WINDOW_END, WINDOW_START
 pytestmark = pytest.mark.integration
 WINDOW = Window.parse(WINDOW_START, WINDOW_END)
 OVERLAP = timedelta(hours=2)
-REPORT = "artifacts/20261129T020000Z/data_quality"
+REPORT = "artifacts/parcel_eta/20261129T020000Z/data_quality"
 
 
 def test_clean_window_passes_approves_its_partitions_and_builds_data_docs(home_with_data):

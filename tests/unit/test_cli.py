@@ -43,7 +43,7 @@ IDENTITY = {
     "MLRELEASE_TRY_NUMBER": "2",
     "MLRELEASE_DATA_INTERVAL_END": "2026-11-29T02:00:00+00:00",
 }
-OUTCOME = "artifacts/20261129T020000Z/steps/check_freshness.json"
+OUTCOME = "artifacts/parcel_eta/20261129T020000Z/steps/check_freshness.json"
 
 
 def test_a_step_run_by_a_task_records_its_outcome_next_to_its_result(home, monkeypatch):

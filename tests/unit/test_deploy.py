@@ -559,7 +559,7 @@ def test_gateway_config_map_is_a_valid_gateway_config_pointing_at_the_cluster(
     config = GatewayConfig.model_validate(safe_load(data))
     assert config.routing.state_url == values.routing.stateUrl
     assert config.triton_url == triton_url(values) == f"http://triton.{values.namespace}.svc:8000"
-    assert config.decision_log.directory == f"{STATE_MOUNT}/gateway/decisions"
+    assert config.decision_log.directory == f"{STATE_MOUNT}/gateway/{config.model}/decisions"
     assert "cohorts" not in safe_load(data)  # the model's, from the release spec the image ships
     assert config.cohorts == process_spec().cohorts
     gw = container(objects, values.gateway.name)

@@ -100,7 +100,7 @@ def test_report_link_uses_the_run_key_and_the_base_url(home, monkeypatch):
 def test_report_link_without_base_url_is_the_file_under_the_run_artifacts(home, monkeypatch):
     monkeypatch.delenv("MLRELEASE_REPORT_BASE_URL", raising=False)
     alert = alert_from_context(context(FakeTI()), "task_failed")
-    assert alert.report_url == (home / "artifacts" / KEY / "report" / "index.html").as_uri()
+    assert alert.report_url == (home / "artifacts" / "parcel_eta" / KEY / "report" / "index.html").as_uri()
 
 
 def test_a_run_without_data_interval_has_no_report_link(home):

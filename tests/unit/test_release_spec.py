@@ -187,3 +187,22 @@ def test_models_list_fails_on_a_bad_spec_with_one_line(tmp_path, capsys):
     assert main(["models", "list", "--specs", str(tmp_path)]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "release spec" in err[0] and "task: Input should be" in err[0]
+
+
+def test_each_model_keeps_its_run_artifacts_and_gateway_state_apart(home, monkeypatch):
+    from mlrelease.gateway.config import load_config
+    from mlrelease.settings import Settings
+
+    found = {}
+    for model in ("parcel_eta", "late_delivery"):  # the repository's two models, one process each
+        monkeypatch.setenv(MODEL_ENV, model)
+        settings = Settings.from_env()
+        config = load_config(model=model)
+        found[model] = (settings.artifacts_dir, config.state_url(settings), config.decision_dir(settings))
+    assert found["parcel_eta"][0] == home / "artifacts" / "parcel_eta"
+    assert found["late_delivery"] == (
+        home / "artifacts" / "late_delivery",
+        f"file://{home / 'gateway' / 'late_delivery' / 'routing.json'}",
+        home / "gateway" / "late_delivery" / "decisions",
+    )
+    assert not set(found["parcel_eta"]) & set(found["late_delivery"])  # a same-night run key cannot collide

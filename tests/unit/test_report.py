@@ -34,12 +34,12 @@ CHAMPION_METRICS = {"mae": 2.0599, "p90_abs_error": 4.1133, "low_confidence_shar
 def outcome(home: Path, task: str, status: str = "success", **extra: object) -> None:
     """One step outcome as the local runner records it."""
     body = {"task_id": task, "step": task.replace("_", "-"), "run_id": RUN, "status": status, **extra}
-    write_json_atomic(home / "artifacts" / KEY / "steps" / f"{task}.json", body)
+    write_json_atomic(home / "artifacts" / "parcel_eta" / KEY / "steps" / f"{task}.json", body)
 
 
 def write_data_checks(home: Path, *, ok: bool) -> None:
     """check_freshness + validate_data outcomes, freshness.prom and validation.json (drift failing unless ok)."""
-    run_dir = home / "artifacts" / KEY
+    run_dir = home / "artifacts" / "parcel_eta" / KEY
     write_text_atomic(
         run_dir / "freshness.prom",
         "# TYPE mlrelease_feature_freshness_lag_seconds gauge\n"
@@ -121,7 +121,7 @@ def write_shadow(home: Path) -> None:
         "non_finite": 0,
         "status": "passed",
     }
-    write_json_atomic(home / "artifacts" / KEY / "rollout" / "shadow.json", report)
+    write_json_atomic(home / "artifacts" / "parcel_eta" / KEY / "rollout" / "shadow.json", report)
     outcome(home, "shadow", result=report)
 
 
@@ -234,7 +234,7 @@ def write_promoted_run(home: Path) -> None:
         lines.append({"t": moment + 0.5, "cohort": "core", "version": core, "role": "x", "outcome": "ok"})
     hour = T0.strftime("%Y%m%dT%H")
     text = "\n".join(json.dumps(line) for line in lines) + "\n"
-    write_text_atomic(home / "gateway" / "decisions" / f"{hour}-test-1.jsonl", text)
+    write_text_atomic(home / "gateway" / "parcel_eta" / "decisions" / f"{hour}-test-1.jsonl", text)
     # The analysis trail: each tick's estimate and band per contract (what the evidence plot draws).
     store = RolloutStore(home / "rollout", MODEL_NAME)
     rec = record(events, phase="promoted", reason="promoted")
@@ -445,7 +445,7 @@ def test_run_data_is_escaped_in_the_page(home: Path) -> None:
 @pytest.mark.parametrize("relative", ["steps/train.json", "data_quality/validation.json", "rollout/shadow.json"])
 def test_a_corrupt_input_is_an_error_naming_the_file(home: Path, relative: str) -> None:
     write_promoted_run(home)
-    path = home / "artifacts" / KEY / relative
+    path = home / "artifacts" / "parcel_eta" / KEY / relative
     path.write_text('{"status": "success", "result": {', encoding="utf-8")
     with pytest.raises(ReportInputError, match=str(path)):
         build(home)
@@ -561,7 +561,7 @@ def test_plugin_serves_the_report_and_its_plots(served_home: Path, client) -> No
     assert "Promoted" in page.text
     png = client.get(f"/mlrelease/reports/{KEY}/rollout.png")
     assert png.status_code == 200 and png.headers["content-type"] == "image/png"
-    assert png.content == (served_home / "artifacts" / KEY / "report" / "rollout.png").read_bytes()
+    assert png.content == (served_home / "artifacts" / "parcel_eta" / KEY / "report" / "rollout.png").read_bytes()
     redirect = client.get(f"/mlrelease/reports/{KEY}", follow_redirects=False)
     assert redirect.status_code == 307 and redirect.headers["location"] == f"{KEY}/index.html"
 
@@ -572,7 +572,7 @@ def test_plugin_404s_what_is_not_a_report_file(served_home: Path, client) -> Non
     assert client.get(f"/mlrelease/reports/{KEY}/missing.png").status_code == 404
     assert client.get("/mlrelease/reports/not-a-key/index.html").status_code == 404
     assert client.get("/mlrelease/reports/2026113T2Z/index.html").status_code == 404  # parses, but not canonical
-    notes = served_home / "artifacts" / KEY / "report" / "notes.txt"
+    notes = served_home / "artifacts" / "parcel_eta" / KEY / "report" / "notes.txt"
     write_text_atomic(notes, "x")
     assert client.get(f"/mlrelease/reports/{KEY}/notes.txt").status_code == 404  # only .html and .png
     notes.unlink()

@@ -232,7 +232,7 @@ def test_a_real_step_process_records_its_outcome_for_the_report(home):
     assert proc.stderr.strip().splitlines()[-1] == outcome["reason"]  # the one line the runner reports
     (line,) = [line for line in step_lines({"rollback": outcome}) if line.task == "rollback"]
     assert line.status == "skipped" and "nothing to roll back" in line.detail
-    assert json.loads((home / "artifacts" / key / "steps" / "rollback.json").read_text()) == outcome
+    assert json.loads((home / "artifacts" / "parcel_eta" / key / "steps" / "rollback.json").read_text()) == outcome
 
 
 # ---- the local runner: the step is the one writer, the runner fills in a try the step could not record ----------

@@ -8,7 +8,7 @@ END = datetime(2026, 11, 29, 2, tzinfo=UTC)
 
 
 def _record(home, task, run_id, status, **extra):
-    path = home / "artifacts/20261129T020000Z/steps" / f"{task}.json"
+    path = home / "artifacts/parcel_eta/20261129T020000Z/steps" / f"{task}.json"
     write_json_atomic(path, {"task_id": task, "step": task, "run_id": run_id, "status": status, **extra})
 
 

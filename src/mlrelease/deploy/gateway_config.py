@@ -22,14 +22,14 @@ def triton_url(values: DeployValues) -> str:
     return f"http://{triton.name}.{values.namespace}.svc:{triton.ports.http}"
 
 
-def cluster_fields(values: DeployValues) -> dict[tuple[str, ...], str]:
+def cluster_fields(values: DeployValues, model: str) -> dict[tuple[str, ...], str]:
     """Gateway config fields whose cluster value comes from deploy values, by their path in the config."""
     return {
         ("triton_url",): triton_url(values),
         ("routing", "state_url"): values.routing.stateUrl,
         ("auth", "keys_file"): f"{KEYS_DIR}/{KEYS_KEY}",
-        # The same place the step pods find by default (MLRELEASE_HOME/gateway/decisions): guardrails read it.
-        ("decision_log", "directory"): f"{STATE_MOUNT}/gateway/decisions",
+        # The same place the step pods find by default (MLRELEASE_HOME/gateway/<model>/decisions): guardrails read it.
+        ("decision_log", "directory"): f"{STATE_MOUNT}/gateway/{model}/decisions",
     }
 
 
@@ -44,7 +44,7 @@ def cluster_gateway_config(values: DeployValues, values_dir: Path) -> GatewayCon
     path = config_path(values, values_dir)
     config = load_config(path)
     document: dict[str, Any] = config.model_dump(mode="json")
-    for keys, wanted in cluster_fields(values).items():
+    for keys, wanted in cluster_fields(values, config.model).items():
         parent = document
         for key in keys[:-1]:
             parent = parent[key]

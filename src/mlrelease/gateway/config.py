@@ -116,7 +116,7 @@ class AuthConfig(StrictModel):
 class DecisionLogConfig(StrictModel):
     """What the gateway records per model call for the rollout's guardrails (see gateway/decision_log.py)."""
 
-    directory: str = Field("", description="empty: $MLRELEASE_HOME/gateway/decisions")
+    directory: str = Field("", description="empty: $MLRELEASE_HOME/gateway/<model>/decisions")
     sample_rate: float = Field(1.0, gt=0, le=1, description="share of successful calls recorded; failures always")
     features: bool = Field(True, description="record the encoded features too (diagnose needs them)")
     retention_hours: float = Field(48.0, gt=0)
@@ -163,16 +163,21 @@ class GatewayConfig(StrictModel):
         return value
 
     def state_url(self, settings: Settings) -> str:
-        """The routing-state URL, defaulting to a file under MLRELEASE_HOME."""
-        return self.routing.state_url or f"file://{settings.home / 'gateway' / 'routing.json'}"
+        """The routing-state URL, defaulting to the model's file under MLRELEASE_HOME."""
+        return self.routing.state_url or f"file://{model_state_dir(settings, self.model) / 'routing.json'}"
 
     def decision_dir(self, settings: Settings) -> Path:
-        """Where every replica writes its decision log."""
-        return Path(self.decision_log.directory or settings.home / "gateway" / "decisions")
+        """Where every replica writes its decision log (by default the model's own folder)."""
+        return Path(self.decision_log.directory or model_state_dir(settings, self.model) / "decisions")
 
     def keys_file(self, settings: Settings) -> Path:
         """The API keys file."""
         return Path(self.auth.keys_file) if self.auth.keys_file else settings.home / "gateway" / "api_keys.yaml"
+
+
+def model_state_dir(settings: Settings, model: str) -> Path:
+    """A served model's own gateway state under MLRELEASE_HOME: each model's routing and decisions apart."""
+    return settings.home / "gateway" / model
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> GatewayConfig:

@@ -14,7 +14,7 @@ BASE_URL_ENV = "MLRELEASE_REPORT_BASE_URL"
 
 
 def report_dir(settings: Settings, key: str) -> Path:
-    """The folder holding run `key`'s report page and its PNGs: `$MLRELEASE_HOME/artifacts/<key>/report`."""
+    """The folder holding run `key`'s report page and its PNGs: `$MLRELEASE_HOME/artifacts/<model>/<key>/report`."""
     return settings.artifacts_dir / key / REPORT_FOLDER
 
 
