@@ -15,6 +15,7 @@ from mlrelease_airflow.render_pods import sample_context
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 29, 2, tzinfo=UTC)
+RUN_STEPS = "artifacts/parcel_eta/20261129T020000Z/steps"  # where a task records its outcome
 
 
 def run_task(op: LocalStepOperator, run_id: str = "manual__1") -> object:
@@ -28,7 +29,7 @@ def test_success_returns_the_steps_json_and_records_it(home_with_data):
     op = LocalStepOperator(task_id="apply_features", pod=STEPS["apply-features"])
     result = run_task(op)
     assert result["feature_views"] == ["package_features", "route_features", "user_features"]
-    recorded = json.loads((home_with_data / "artifacts/parcel_eta/20261129T020000Z/steps/apply_features.json").read_text())
+    recorded = json.loads((home_with_data / RUN_STEPS / "apply_features.json").read_text())
     assert recorded == {  # recorded by the step itself, as in a pod
         "task_id": "apply_features",
         "step": "apply-features",
@@ -47,7 +48,7 @@ def test_failure_raises_the_steps_one_line_error(home_with_data):
     op.arguments = list(pod.args)
     with pytest.raises(AirflowException, match=r"^mlrelease step check-freshness: error: bad --end 'not-a-time'"):
         run_task(op)
-    recorded = json.loads((home_with_data / "artifacts/parcel_eta/20261129T020000Z/steps/check_freshness.json").read_text())
+    recorded = json.loads((home_with_data / RUN_STEPS / "check_freshness.json").read_text())
     assert recorded["status"] == "failed" and "bad --end" in recorded["error"]
 
 
@@ -68,5 +69,5 @@ def test_nothing_to_do_ends_the_task_skipped(home_with_data):
     op.arguments = ["--model-version", "1", "--end", "2026-11-29T02:00:00+00:00", "--plan", ""]
     with pytest.raises(AirflowSkipException, match="shadow: skipped: v1 is the champion already"):
         run_task(op)
-    recorded = json.loads((home_with_data / "artifacts/parcel_eta/20261129T020000Z/steps/shadow.json").read_text())
+    recorded = json.loads((home_with_data / RUN_STEPS / "shadow.json").read_text())
     assert recorded["status"] == "skipped" and "nothing to shadow" in recorded["reason"]
