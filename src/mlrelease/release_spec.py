@@ -2,10 +2,10 @@
 
 The platform owns the pipeline (gates, export, serving, rollout); the spec owns what belongs to one model: its
 name and task, the Feast feature service and label it trains on, its input columns in model order (with the
-vocabulary of each categorical one), its output contract, the training code the platform calls (a `module:function`)
-and the thresholds of its training gate. Loading validates the whole file and every error
-names the file and the field. A process releases one model: `process_spec()` is the spec MLRELEASE_MODEL names
-(the DAG's tasks, the step pods and the gateway set it), else the only one the specs folder declares.
+vocabulary of each categorical one), its output contract, the training code the platform calls (a `module:function`),
+the thresholds of its training gate, its benchmark limits and peak load, and its rollout plan. Loading validates
+the whole file and every error names the file and the field. A process releases one model: `process_spec()` is the
+spec MLRELEASE_MODEL names (the DAG's tasks, the step pods and the gateway set it), else the only one declared.
 """
 
 from __future__ import annotations
@@ -120,6 +120,17 @@ class ClassificationGates(StrictModel):
     min_auc: float = Field(0.55, ge=0.5, le=1.0, description="a candidate that ranks no better than this is refused")
 
 
+class Perf(StrictModel):
+    """The benchmark gate against the champion (perf_analyzer, paired rounds) and the load it is measured at."""
+
+    max_p99_ratio: float = Field(1.10, ge=1.0, description="largest challenger/champion p99 latency ratio accepted")
+    min_throughput_ratio: float = Field(
+        0.90, gt=0.0, le=1.0, description="smallest challenger/champion throughput ratio accepted"
+    )
+    peak_concurrency: int = Field(16, ge=1, le=1024, description="highest concurrency of the sweep 1, 4, 16, ...")
+    peak_batch: int = Field(16, ge=1, le=4096, description="rows per request at the peak (the gateway's batches)")
+
+
 GATES_BY_TASK: dict[Task, type[StrictModel]] = {
     Task.REGRESSION: RegressionGates,
     Task.BINARY_CLASSIFICATION: ClassificationGates,
@@ -138,6 +149,12 @@ class ReleaseSpec(StrictModel):
     training: Training
     gates: RegressionGates | ClassificationGates = Field(
         default=None, validate_default=True, description="the training gate's thresholds; which ones: by task"
+    )
+    perf: Perf = Perf()
+    rollout_plan: str = Field(
+        "config/rollout_plan.yaml",
+        min_length=1,
+        description="the rollout plan YAML (stages over this model's cohorts), relative to the repository root",
     )
     _path: Path | None = PrivateAttr(default=None)  # the file it was read from, for errors raised after loading
 
@@ -192,6 +209,11 @@ class ReleaseSpec(StrictModel):
     def score(self) -> Output | None:
         """The output that says how sure the model is, if it declares one."""
         return next((o for o in self.outputs if o.role == "score"), None)
+
+    @property
+    def rollout_plan_path(self) -> Path:
+        """The rollout plan file (a relative path is the repository root's, as the DAG's form takes it)."""
+        return REPO_ROOT / self.rollout_plan
 
     @property
     def source(self) -> str:

@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlrelease.registry import MODEL_NAME
+from mlrelease.release_spec import process_spec
+
+# The model this process releases declares its own benchmark limits, peak load and rollout plan: they are the
+# defaults of its steps' flags and of its DAG's form (a run may still override them from the form).
+SPEC = process_spec()
 
 # How a DAG run fills the arguments many steps share (rendered by Airflow per run).
 INTERVAL_START = "{{ data_interval_start.isoformat() }}"
@@ -188,13 +193,17 @@ MAE_TOLERANCE = RunParam(
     maximum=1,
 )
 MAX_P99_RATIO = RunParam(
-    "max_p99_ratio", 1.10, "number", "Largest challenger/champion p99 latency ratio accepted.", minimum=1
+    "max_p99_ratio",
+    SPEC.perf.max_p99_ratio,
+    "number",
+    "Largest challenger/champion p99 latency ratio accepted (default: the release spec's perf.max_p99_ratio).",
+    minimum=1,
 )
 MIN_THROUGHPUT_RATIO = RunParam(
     "min_throughput_ratio",
-    0.90,
+    SPEC.perf.min_throughput_ratio,
     "number",
-    "Smallest challenger/champion throughput ratio accepted.",
+    "Smallest challenger/champion throughput ratio accepted (default: the release spec's perf.min_throughput_ratio).",
     exclusive_minimum=0,
     maximum=1,
 )
@@ -207,9 +216,10 @@ ROLLOUT_PROFILE = RunParam(
 )
 ROLLOUT_PLAN = RunParam(
     "rollout_plan",
-    "config/rollout_plan.yaml",
+    SPEC.rollout_plan,
     "string",
-    "The rollout plan YAML, relative to the repository root (stages, guardrails, breach actions).",
+    "The rollout plan YAML, relative to the repository root (stages, guardrails, breach actions; default: the "
+    "release spec's rollout_plan).",
     min_length=1,
 )
 PSI_THRESHOLD = RunParam(
@@ -329,9 +339,19 @@ _DECLARED = (
             VERSION,
             param_arg("--max-p99-ratio", MAX_P99_RATIO),
             param_arg("--min-throughput-ratio", MIN_THROUGHPUT_RATIO),
-            # The defaults are PerfSettings' (tests/unit/test_perf.py checks they agree).
-            Arg("--peak-concurrency", "highest concurrency of the sweep 1, 4, 16, ...", type=int, default=16),
-            Arg("--peak-batch", "rows per request at the peak (the gateway's micro-batches)", type=int, default=16),
+            # The load is the release spec's; the measurement's own settings default to PerfSettings'.
+            Arg(
+                "--peak-concurrency",
+                "highest concurrency of the sweep 1, 4, 16, ...",
+                type=int,
+                default=SPEC.perf.peak_concurrency,
+            ),
+            Arg(
+                "--peak-batch",
+                "rows per request at the peak (the gateway's micro-batches)",
+                type=int,
+                default=SPEC.perf.peak_batch,
+            ),
             Arg("--measurement-interval", "milliseconds per measurement window", type=int, default=500),
             Arg("--rounds", "paired rounds over every level; the sign test counts harmed ones", type=int, default=9),
             Arg("--max-false-fail", "declared rate of refusing a candidate at the tolerance", type=float, default=0.02),

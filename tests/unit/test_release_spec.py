@@ -88,6 +88,9 @@ def test_the_repository_declares_a_late_delivery_classifier_on_the_same_network(
             {"gates": {"min_confidence_ratio": 0.5}},
             "gates: Value error, the gates of a regression model: min_confidence_ratio: Input should be greater",
         ),
+        ({"perf": {"min_throughput_ratio": 1.5}}, "perf.min_throughput_ratio: Input should be less than or equal"),
+        ({"perf": {"peak_batch": 0}}, "perf.peak_batch: Input should be greater than or equal to 1"),
+        ({"rollout_plan": ""}, "rollout_plan: String should have at least 1 character"),
     ],
     ids=[
         "task",
@@ -102,6 +105,9 @@ def test_the_repository_declares_a_late_delivery_classifier_on_the_same_network(
         "holdout",
         "no-entrypoint",
         "gate",
+        "throughput",
+        "peak-batch",
+        "plan",
     ],
 )
 def test_a_bad_spec_is_refused_naming_the_file_and_the_field(tmp_path, change, complaint):
@@ -206,3 +212,47 @@ def test_each_model_keeps_its_run_artifacts_and_gateway_state_apart(home, monkey
         home / "gateway" / "late_delivery" / "decisions",
     )
     assert not set(found["parcel_eta"]) & set(found["late_delivery"])  # a same-night run key cannot collide
+
+
+@pytest.mark.parametrize("name", sorted(load_specs()))
+def test_each_shipped_spec_names_a_rollout_plan_over_its_own_cohorts_that_suits_its_task(name):
+    from mlrelease.rollout.plan import load_plan
+
+    spec = load_specs()[name]
+    plan = load_plan(spec.rollout_plan_path)  # loading runs the power check at the plan's declared traffic
+    plan.check_cohorts(spec.cohorts.names)
+    plan.check_task(spec.task)
+    assert set(plan.traffic["production"].requests_per_s) == set(spec.cohorts.names)
+
+
+def test_a_classifier_judged_by_an_eta_shift_or_a_confidence_threshold_is_refused():
+    from mlrelease.rollout.plan import load_plan
+
+    parcel_plan = load_plan(load_specs()["parcel_eta"].rollout_plan_path)
+    with pytest.raises(StepError, match="judges a binary_classification model by low_confidence_share, prediction"):
+        parcel_plan.check_task("binary_classification")
+    parcel_plan.check_task("regression")
+
+
+def test_a_models_steps_and_form_default_to_its_specs_perf_limits_and_plan(tmp_path):
+    """A process releasing a model whose spec declares other limits: its flags and DAG form default to them."""
+    import subprocess
+    import sys
+
+    specs = tmp_path / "models"
+    perf = {"max_p99_ratio": 1.3, "min_throughput_ratio": 0.75, "peak_concurrency": 8, "peak_batch": 4}
+    _write(specs, {**PARCEL, "name": "route_eta", "perf": perf, "rollout_plan": "plans/route_eta.yaml"})
+    _write(specs, PARCEL)
+    probe = (
+        "import json; from mlrelease.stepdefs import STEPS, NIGHTLY_PARAMS; "
+        "flags = {a.flag: a.default for a in STEPS['benchmark'].args}; "
+        "form = {p.name: p.default for p in NIGHTLY_PARAMS}; "
+        "print(json.dumps([flags['--max-p99-ratio'], flags['--min-throughput-ratio'], flags['--peak-concurrency'], "
+        "flags['--peak-batch'], form['max_p99_ratio'], form['min_throughput_ratio'], form['rollout_plan']]))"
+    )
+    env = {**os.environ, "MLRELEASE_SPECS_DIR": str(specs), MODEL_ENV: "route_eta"}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [1.3, 0.75, 8, 4, 1.3, 0.75, "plans/route_eta.yaml"]
+    env[MODEL_ENV] = "parcel_eta"  # the shipped parcel spec's values, as before specs declared them
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [1.1, 0.9, 16, 16, 1.1, 0.9, "config/rollout_plan.yaml"]

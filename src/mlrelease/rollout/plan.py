@@ -17,10 +17,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from mlrelease.errors import StepError
-from mlrelease.settings import REPO_ROOT
+from mlrelease.release_spec import process_spec
 from mlrelease.yamlconfig import StrictModel, load_yaml_model
 
-DEFAULT_PLAN = REPO_ROOT / "config" / "rollout_plan.yaml"
 Metric = Literal[
     "error_rate", "nan_rate", "low_confidence_share", "latency", "latency_tail", "prediction_shift", "confidence_shift"
 ]
@@ -40,6 +39,12 @@ StageOnInconclusive = Literal["pause", "rollback"]
 SHARES = ("error_rate", "nan_rate", "low_confidence_share", "latency_tail")
 RELATIVE = ("latency", "prediction_shift", "confidence_shift")
 MAX_ALPHA = 0.2
+# Metrics that only mean something for a regression model with a confidence score: the share of answers below a
+# confidence of 0.6, and the shift of the mean log prediction (a classifier's prediction is 0 or 1).
+REGRESSION_ONLY = {
+    "low_confidence_share": "the share of answers whose confidence is below 0.6",
+    "prediction_shift": "the shift of the mean log prediction",
+}
 ALL = "*"  # a judged "cohort" that pools every cohort the stage opened
 MAX_CANDIDATE_PERCENT = 99.0  # at least 1 % of every judged cohort stays on stable as the concurrent control
 
@@ -378,6 +383,15 @@ class RolloutPlan(StrictModel):
         if unknown:
             raise StepError(f"rollout plan names unknown cohort(s) {unknown}; the gateway defines {list(known)}")
 
+    def check_task(self, task: str) -> None:
+        """Refuse a plan judging a model by a metric that means nothing for its task (e.g. a classifier's ETA)."""
+        if task == "regression":
+            return
+        wrong = sorted({g.metric for s in self.stages for g in s.guardrails} & set(REGRESSION_ONLY))
+        if wrong:
+            meanings = "; ".join(f"{m} is {REGRESSION_ONLY[m]}" for m in wrong)
+            raise StepError(f"rollout plan judges a {task} model by {', '.join(wrong)}: {meanings} (regression only)")
+
     def shadow_spend(self, cohorts: int) -> float:
         """What the shadow gate's tests spend of the budget with `cohorts` cohorts (its per-cohort tests add up)."""
         spec = self.shadow
@@ -445,5 +459,5 @@ class RolloutPlan(StrictModel):
 
 
 def load_plan(path: Path | None = None) -> RolloutPlan:
-    """Read and validate a plan YAML (default: config/rollout_plan.yaml)."""
-    return load_yaml_model(Path(path or DEFAULT_PLAN), RolloutPlan, "rollout plan")
+    """Read and validate a plan YAML (default: the one the release spec of this process's model names)."""
+    return load_yaml_model(Path(path or process_spec().rollout_plan_path), RolloutPlan, "rollout plan")

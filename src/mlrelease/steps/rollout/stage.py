@@ -8,6 +8,7 @@ from typing import Any
 
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.registry import CHAMPION, MODEL_NAME
+from mlrelease.release_spec import process_spec
 from mlrelease.rollout.context import RolloutContext, iso
 from mlrelease.rollout.gates import alert_override, require_gates
 from mlrelease.rollout.machine import ActionKind, Phase, apply, candidate_percent, next_action
@@ -47,7 +48,9 @@ def _begin(
     if current is not None and (current.run_key, current.candidate_version) == (run_key, version):
         return current  # a rerun resumes the stored rollout, under the plan it started with
     # every contract's α drawn from the plan's budget, and its tolerance for the profile the rollout runs under
-    plan = load_plan(plan_path).allocated(ctx.cohorts).under(profile)
+    plan = load_plan(plan_path)
+    plan.check_task(process_spec().task)
+    plan = plan.allocated(ctx.cohorts).under(profile)
     # the power check ran at load; the record keeps the plan it judges with, without the declared traffic, so that
     # reading an active record never re-runs a check (a stricter one later would make it unreadable)
     plan = plan.model_copy(update={"traffic": {}})
