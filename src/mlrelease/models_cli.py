@@ -33,6 +33,7 @@ def models_list(folder: Path | None = None) -> dict[str, Any]:
                 "label": spec.features.label.column,
                 "inputs": len(spec.features.columns),
                 "outputs": {o.name: o.role for o in spec.outputs},
+                "rollout_plan": spec.rollout_plan,
             }
             for spec in load_specs(folder).values()
         ],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 from collections.abc import Callable
 from enum import StrEnum
@@ -81,6 +82,36 @@ class Output(StrictModel):
     role: Literal["prediction", "score"] = Field(
         description="prediction: the answer; score: how sure the model is (a confidence or a probability)"
     )
+    range: tuple[float, float] | None = Field(
+        None,
+        description="[lowest, highest] valid value: the gateway treats an answer outside it as a failure of the "
+        "version (default: any finite value for the prediction, [0, 1] for the score)",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Output:
+        if self.range is not None and not self.range[0] < self.range[1]:
+            raise ValueError(f"range {list(self.range)} must be [lowest, highest] with lowest < highest")
+        return self
+
+    @property
+    def valid(self) -> tuple[float, float]:
+        """The valid range, with the role's default when the spec declares none."""
+        if self.range is not None:
+            return self.range
+        return (0.0, 1.0) if self.role == "score" else (-math.inf, math.inf)
+
+
+class Fallback(StrictModel):
+    """What the gateway answers when no model version can (source `fallback_rule`): a rule, constants, or both.
+
+    `rule` computes the prediction from the request's features, `rule(features, **params) -> float`; `values` gives
+    constant answers per output name (every output the rule does not give needs one).
+    """
+
+    rule: str | None = Field(None, pattern=ENTRYPOINT_PATTERN, description="module:function for the prediction")
+    params: dict[str, float] = Field(default_factory=dict, description="keyword arguments of the rule")
+    values: dict[str, float] = Field(default_factory=dict, description="constant answers by output name")
 
 
 class Training(StrictModel):
@@ -150,6 +181,7 @@ class ReleaseSpec(StrictModel):
     gates: RegressionGates | ClassificationGates = Field(
         default=None, validate_default=True, description="the training gate's thresholds; which ones: by task"
     )
+    fallback: Fallback = Field(description="what the gateway answers when no version of the model can")
     perf: Perf = Perf()
     rollout_plan: str = Field(
         "config/rollout_plan.yaml",
@@ -193,7 +225,25 @@ class ReleaseSpec(StrictModel):
         roles = [o.role for o in self.outputs]
         if roles.count("prediction") != 1 or roles.count("score") > 1:
             raise ValueError(f"outputs: exactly one prediction and at most one score, got roles {roles}")
+        self._check_fallback()
         return self
+
+    def _check_fallback(self) -> None:
+        """Every output has a fallback answer (the prediction may come from the rule), each inside its range."""
+        by_name = {o.name: o for o in self.outputs}
+        unknown = sorted(set(self.fallback.values) - set(by_name))
+        if unknown:
+            raise ValueError(f"fallback.values names no output: {unknown} (outputs: {sorted(by_name)})")
+        if self.fallback.params and self.fallback.rule is None:
+            raise ValueError("fallback.params without fallback.rule: the params are the rule's")
+        given = {*self.fallback.values, *([self.prediction.name] if self.fallback.rule else [])}
+        missing = [name for name in by_name if name not in given]
+        if missing:
+            raise ValueError(f"fallback: no answer for output(s) {missing}: give fallback.values (or a rule)")
+        for name, value in self.fallback.values.items():
+            low, high = by_name[name].valid
+            if not low <= value <= high:
+                raise ValueError(f"fallback.values.{name} {value:g} is outside that output's range [{low:g}, {high:g}]")
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -222,24 +272,41 @@ class ReleaseSpec(StrictModel):
 
     def training_function(self) -> Callable[..., Any]:
         """The callable `training.entrypoint` names, imported now; an error names the spec, the field and why."""
-        module_name, _, attribute = self.training.entrypoint.partition(":")
-        where = f"{self.source}: training.entrypoint {self.training.entrypoint!r}"
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:  # ModuleNotFoundError, or the module's own imports failing
-            raise StepError(f"{where}: module {module_name} cannot be imported: {exc}") from None
-        function = getattr(module, attribute, None)
-        if function is None:
-            raise StepError(f"{where}: module {module_name} has no {attribute}")
-        if not callable(function):
-            raise StepError(f"{where}: {attribute} is a {type(function).__name__}, not a function")
-        return function
+        return _import_function(self.training.entrypoint, f"{self.source}: training.entrypoint")
+
+    def fallback_answer(self) -> Callable[[dict[str, Any]], dict[str, float]]:
+        """The gateway's answer when no version can, by output name: the rule's prediction and the constants.
+
+        The rule is imported now (an error names the spec and the field), so a gateway fails at start, not at the
+        first outage.
+        """
+        values, prediction = dict(self.fallback.values), self.prediction.name
+        if self.fallback.rule is None:
+            return lambda features: values
+        rule, params = _import_function(self.fallback.rule, f"{self.source}: fallback.rule"), self.fallback.params
+        return lambda features: {**values, prediction: float(rule(features, **params))}
 
     def prediction_and_score(self) -> tuple[str, str]:
         """(prediction, score) output names, for the parts that serve both (the exporter, the gateway's client)."""
         if self.score is None:
             raise StepError(f"model {self.name}: its release spec declares no score output, and serving needs one")
         return self.prediction.name, self.score.name
+
+
+def _import_function(entrypoint: str, where: str) -> Callable[..., Any]:
+    """The callable a `module:function` entrypoint names; StepError naming `where` and why it is not usable."""
+    module_name, _, attribute = entrypoint.partition(":")
+    where = f"{where} {entrypoint!r}"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:  # ModuleNotFoundError, or the module's own imports failing
+        raise StepError(f"{where}: module {module_name} cannot be imported: {exc}") from None
+    function = getattr(module, attribute, None)
+    if function is None:
+        raise StepError(f"{where}: module {module_name} has no {attribute}")
+    if not callable(function):
+        raise StepError(f"{where}: {attribute} is a {type(function).__name__}, not a function")
+    return function
 
 
 def load_spec(path: Path) -> ReleaseSpec:

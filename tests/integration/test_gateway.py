@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mlrelease.gateway import traffic
 from mlrelease.gateway.config import load_config
-from mlrelease.gateway.fallback import rule_eta
+from mlrelease.gateway.guard import output_ranges
 from mlrelease.model.features import FEATURES, encode_row
 from mlrelease.registry import MODEL_NAME
 from mlrelease.timewindow import parse_timestamp
@@ -227,7 +227,8 @@ def test_rule_fallback_when_no_version_answers(world, gateway, pool, api):
     row = pool.iloc[3]
     answer = api.post(f"{url}/v1/predict", json=_body(row)).json()
     assert answer["source"] == "fallback_rule" and answer["model_version"] is None
-    assert answer["eta_prediction"] == pytest.approx(rule_eta(load_config().fallback, row.to_dict()))
+    expected = load_config().spec.fallback_answer()(row.to_dict())  # the parcel spec's rule
+    assert answer["eta_prediction"] == pytest.approx(expected["eta_prediction"])
     ready = requests.get(f"{url}/readyz")  # still in its Service: every request gets the rule's answer
     assert ready.status_code == 200 and ready.json()["mode"] == "rule_fallback"
     assert ready.json()["stable_ready"] is False
@@ -528,13 +529,13 @@ def _in_process_service(world, candidate: int, **guard: float):
     router.state = RoutingState(
         model=MODEL_NAME, stable_version=GOOD, candidate_version=candidate, candidate_percent={"*": 100.0}
     )
-    eta_range = (config.guard.min_eta_hours, config.guard.max_eta_hours)
-    model = TritonModelClient(world.triton_url, MODEL_NAME, eta_range)
+    ranges = output_ranges(config.spec)
+    model = TritonModelClient(world.triton_url, MODEL_NAME, ranges)
     batches: list[tuple[int, str, int]] = []
 
     async def build() -> PredictService:
         settings = BatchSettings(config.batching.max_batch, config.batching.max_delay_ms / 1000)
-        batcher = MicroBatcher(model.infer_rows, settings, eta_range, lambda v, role, n: batches.append((v, role, n)))
+        batcher = MicroBatcher(model.infer_rows, settings, ranges, lambda v, role, n: batches.append((v, role, n)))
         return PredictService(config, None, model, router, metrics, None, batcher)  # type: ignore[arg-type]
 
     return build, batches, metrics
@@ -584,10 +585,9 @@ def test_answers_through_the_batcher_equal_tritons_row_by_row(world, pool):
     sizes: list[int] = []
 
     async def scenario():
-        model = TritonModelClient(world.triton_url, MODEL_NAME, (0.0, 500.0))
-        batcher = MicroBatcher(
-            model.infer_rows, BatchSettings(max_batch=16), (0.0, 500.0), lambda v, r, n: sizes.append(n)
-        )
+        ranges = output_ranges(load_config().spec)
+        model = TritonModelClient(world.triton_url, MODEL_NAME, ranges)
+        batcher = MicroBatcher(model.infer_rows, BatchSettings(max_batch=16), ranges, lambda v, r, n: sizes.append(n))
         try:
             return await asyncio.gather(
                 *(batcher.predict(GOOD, encode_row({k: r[k] for k in FEATURES}), 2.0) for _, r in rows.iterrows())
@@ -598,8 +598,8 @@ def test_answers_through_the_batcher_equal_tritons_row_by_row(world, pool):
 
     answers = asyncio.run(scenario())
     direct = _direct(world, GOOD, rows)
-    assert [a.eta for a in answers] == pytest.approx([float(x) for x in direct["eta_prediction"]], rel=1e-6)
-    assert [a.confidence for a in answers] == pytest.approx([float(x) for x in direct["confidence_score"]], rel=1e-6)
+    assert [a.prediction for a in answers] == pytest.approx([float(x) for x in direct["eta_prediction"]], rel=1e-6)
+    assert [a.score for a in answers] == pytest.approx([float(x) for x in direct["confidence_score"]], rel=1e-6)
     assert sum(sizes) == 64 and max(sizes) == 16  # coalesced, within max_batch
 
 

@@ -25,6 +25,8 @@ from mlrelease.serving.triton_repo import parse_pbtxt
 from mlrelease.timewindow import Window, run_key
 from tests.conftest import HISTORY, ROWS_PER_DAY, WINDOW_END, WINDOW_START, free_port
 from tests.integration.serving_world import MLRELEASE
+from tests.small_world_plan import ERRORS_RATE, NAN_RATE
+from tests.small_world_plan import PLAN as SMALL_PLAN
 
 pytestmark = pytest.mark.integration
 MODEL = "late_delivery"
@@ -185,3 +187,106 @@ def test_one_triton_serves_every_model_whichever_process_starts_it(world, bootst
     assert up["serving"][MODEL]["serving"] == [1] and up["serving"][MODEL]["reloaded"] == [1], up["serving"]
     ready = requests.get(f"{up['url']}/v2/models/{MODEL}/versions/1/ready", timeout=5)
     assert ready.status_code == 200
+
+
+# The rollout tests' small-world plan (tests/small_world_plan.py) over late_delivery's own cohorts: this world's
+# traffic is ~1/1000 of a production stage. Remote routes first, then bulky parcels (~4 % of the orders: 99 % of
+# them on the candidate so its arm gathers evidence), then everyone with a control slice.
+LATE_PLAN = {
+    **{key: value for key, value in SMALL_PLAN.items() if key != "stages"},
+    "stages": [
+        {**SMALL_PLAN["stages"][0], "name": "remote_routes", "candidate_percent": {"remote_routes": 50}},
+        {
+            **SMALL_PLAN["stages"][2],
+            "name": "bulky",
+            "candidate_percent": {"remote_routes": 50, "bulky": 99},
+            "judge": [],
+            "on_breach": "rollback_cohort",
+            "guardrails": [{**ERRORS_RATE, "cohorts": ["remote_routes"]}, NAN_RATE],
+        },
+        SMALL_PLAN["stages"][2],
+    ],
+}
+TRAFFIC_RATE = 200.0
+
+
+def _analyze_until_decided(env: dict[str, str], version: str, stage: int, within_s: float = 120.0) -> dict[str, Any]:
+    """`analyze --tick` as the DAG's deferring task runs it: one look per process, until the stage is decided."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        args = ("--model-version", version, "--end", NEXT.end.isoformat(), "--stage", str(stage), "--tick")
+        result = _step(env, "analyze", *args)
+        if result["decided"]:
+            return result
+        time.sleep(0.5)
+    raise AssertionError(f"stage {stage} of late_delivery undecided after {within_s:.0f} s")
+
+
+def test_the_classifier_is_rolled_out_under_live_traffic_and_promoted(world, bootstrapped):
+    """Its retrained candidate through every gate, shadow and three stages behind a gateway serving late_delivery."""
+    import yaml
+
+    from mlrelease.gateway import traffic
+    from mlrelease.release_spec import spec_named
+    from mlrelease_drills import devkit
+
+    env, home = world
+    trained = _step(env, "train", "--start", NEXT.start.isoformat(), "--end", NEXT.end.isoformat())
+    version = str(trained["model_version"])
+    # a retrain of the same quality (test_a_retrain… may have trained it already: then this is its recorded version)
+    assert version == "2" and trained.get("decision", "accepted") == "accepted", trained
+    for step in ("export", "validate-serving", "benchmark"):
+        _step(env, step, "--model-version", version)
+    _step(env, "materialize", "--start", NEXT.start.isoformat(), "--end", NEXT.end.isoformat())
+    plan = home / "late-plan.yaml"
+    plan.write_text(yaml.safe_dump(LATE_PLAN), encoding="utf-8")
+
+    config = devkit.write_gateway_config(home / "gateway-late.yaml", replay_as_of=NEXT.end.isoformat())
+    _run(env, "routing", "init", "--config", str(config))  # stable = the champion, v1
+    key = json.loads(_run(env, "gateway-key", "add", "second-model").stdout)["api_key"]
+    pool = traffic.order_pool(home / "data" / "offline", NEXT.end, spec_named(MODEL).cohorts)
+    bodies = traffic.build_requests(pool, 3_000, None, supply_features=False, seed=3)
+    release = ("--model-version", version, "--end", NEXT.end.isoformat())
+    with (
+        devkit.gateway_process(config, free_port(), env=env) as url,
+        devkit.background_traffic(url, bodies, key, TRAFFIC_RATE) as report,
+    ):
+        answer = requests_post(url, key, bodies[0])
+        shadow = _step(env, "shadow", *release, "--plan", str(plan))
+        decided = []
+        for stage in (1, 2, 3):
+            _step(env, "rollout-stage", *release, "--stage", str(stage), "--profile", "demo", "--plan", str(plan))
+            decided.append(_analyze_until_decided(env, version, stage))
+        promoted = _step(env, "promote", *release)
+
+    # The gateway answers in the classifier's own outputs, inside their declared ranges.
+    assert set(answer) >= {"is_late", "late_probability"} and "eta_prediction" not in answer, answer
+    assert answer["is_late"] in (0.0, 1.0) and 0.0 <= answer["late_probability"] <= 1.0, answer
+    assert answer["cohort"] in ("remote_routes", "bulky", "core") and answer["source"] == "model", answer
+    # The shadow judged it as a classifier: its decisions flipped on few orders, its served quality by its gates.
+    assert shadow["status"] == "passed" and shadow["served_quality"]["task"] == "binary_classification", shadow
+    assert [d["action"] for d in decided] == ["advance", "advance", "promote"], decided
+    assert promoted["status"] == "promoted" and promoted["previous_version"] == 1, promoted
+    status = json.loads(_run(env, "rollout", "status").stdout)
+    assert status["consistent"], status["disagreements"]
+    assert status["rollout"]["model"] == MODEL and status["rollout"]["phase"] == "promoted"
+    assert (status["routing"]["stable_version"], status["routing"]["candidate_version"]) == (2, None)
+    assert status["aliases"]["champion"] == 2
+    assert report.errors == 0, report.summary()
+    assert {served.split("/")[0] for served in report.served} == {"remote_routes", "bulky", "core"}, report.served
+    assert any("/v2/model" in served for served in report.served), report.served
+    # Its state is its own: the parcel model's routing, decisions and run artifacts were never written.
+    assert (home / "gateway" / MODEL / "routing.json").is_file() and (home / "gateway" / MODEL / "decisions").is_dir()
+    assert not (home / "gateway" / "parcel_eta").exists() and not (home / "artifacts" / "parcel_eta").exists()
+
+
+def requests_post(url: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One predict call, as a client makes it."""
+    import requests
+
+    response = requests.post(f"{url}/v1/predict", json=body, headers={"X-API-Key": key}, timeout=10)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer

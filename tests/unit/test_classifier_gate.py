@@ -64,6 +64,7 @@ def _team_spec(monkeypatch, **gates) -> ReleaseSpec:
             "name": "late_delivery",
             "task": "binary_classification",
             "outputs": [{"name": "late_probability", "role": "prediction"}],
+            "fallback": {"values": {"late_probability": 0.24}},
             "training": {"entrypoint": "late_team:fit", "params": {}},
             "gates": gates,
         }

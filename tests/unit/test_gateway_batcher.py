@@ -11,7 +11,7 @@ import pytest
 from mlrelease.gateway.batcher import BatchSettings, MicroBatcher
 from mlrelease.gateway.model_client import ModelAnswer, ModelFailure
 
-ETA_RANGE = (0.0, 500.0)
+RANGES = ((0.0, 500.0), (0.0, 1.0))  # the parcel spec's ETA hours and confidence
 
 
 class FakeTriton:
@@ -42,7 +42,7 @@ def _row(value: float) -> np.ndarray:
 
 
 def _batcher(triton: FakeTriton, **settings) -> MicroBatcher:
-    return MicroBatcher(triton, BatchSettings(**settings), ETA_RANGE)
+    return MicroBatcher(triton, BatchSettings(**settings), RANGES)
 
 
 async def _gather(batcher: MicroBatcher, values, version: int = 1, role: str = "stable", timeout_s: float = 1.0):
@@ -68,7 +68,7 @@ def test_concurrent_requests_share_calls_and_each_gets_its_own_row():
         return await _gather(_batcher(triton, max_batch=64, max_in_flight=1), range(1, 41)), triton.calls
 
     answers, calls = asyncio.run(scenario())
-    assert [a.eta for a in answers] == [float(v) for v in range(1, 41)]
+    assert [a.prediction for a in answers] == [float(v) for v in range(1, 41)]
     assert sum(n for _, n, _ in calls) == 40 and len(calls) < 40  # coalesced
     assert all(n <= 64 for _, n, _ in calls)
 
@@ -88,7 +88,7 @@ def test_a_nan_row_fails_only_its_own_request():
         return await _gather(_batcher(FakeTriton(), max_in_flight=1), [10.0, math.nan, 30.0, 600.0, 5.0])
 
     good1, nan, good2, too_long, good3 = asyncio.run(scenario())
-    assert (good1.eta, good2.eta, good3.eta) == (10.0, 30.0, 5.0)
+    assert (good1.prediction, good2.prediction, good3.prediction) == (10.0, 30.0, 5.0)
     assert isinstance(nan, ModelFailure) and nan.kind == "nan"
     assert isinstance(too_long, ModelFailure) and too_long.kind == "out_of_range"
 
@@ -126,7 +126,7 @@ def test_candidate_rows_do_not_wait_behind_a_stuck_stable_call():
 
     seen, *answers = asyncio.run(scenario())
     assert seen == [(1, 1, "stable"), (2, 1, "candidate")]
-    assert [a.eta for a in answers] == [1.0, 2.0, 3.0]
+    assert [a.prediction for a in answers] == [1.0, 2.0, 3.0]
 
 
 def test_rows_that_waited_past_their_timeout_for_a_slot_fail_without_being_sent():
@@ -142,7 +142,7 @@ def test_rows_that_waited_past_their_timeout_for_a_slot_fail_without_being_sent(
         return await first, await asyncio.gather(late, return_exceptions=True), triton.calls
 
     first, (late,), calls = asyncio.run(scenario())
-    assert first.eta == 1.0
+    assert first.prediction == 1.0
     assert isinstance(late, ModelFailure) and late.kind == "timeout"
     assert calls == [(1, 1, "stable")]
 
@@ -162,7 +162,7 @@ def test_a_cancelled_request_is_dropped_and_the_rest_answered():
         return await first, await kept, triton.calls
 
     first, kept, calls = asyncio.run(scenario())
-    assert (first.eta, kept.eta) == (1.0, 3.0)
+    assert (first.prediction, kept.prediction) == (1.0, 3.0)
     assert calls == [(1, 1, "stable"), (1, 1, "stable")]
 
 
@@ -172,7 +172,7 @@ def test_requests_parsed_together_on_an_idle_queue_share_one_call():
         return await _gather(_batcher(triton), range(1, 6)), triton.calls
 
     answers, calls = asyncio.run(scenario())
-    assert [a.eta for a in answers] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert [a.prediction for a in answers] == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert calls == [(1, 5, "stable")]
 
 
@@ -188,7 +188,7 @@ def test_a_request_cancelled_before_its_call_is_sent_leaves_the_others_their_cal
         return leader.cancelled(), answers, triton.calls
 
     cancelled, answers, calls = asyncio.run(scenario())
-    assert cancelled and [a.eta for a in answers] == [2.0, 3.0]
+    assert cancelled and [a.prediction for a in answers] == [2.0, 3.0]
     assert calls == [(1, 2, "stable")]
 
 
@@ -196,9 +196,7 @@ def test_observer_sees_each_batch_size():
     seen: list[tuple[int, str, int]] = []
 
     async def scenario():
-        batcher = MicroBatcher(
-            FakeTriton(), BatchSettings(max_batch=4), ETA_RANGE, lambda v, r, n: seen.append((v, r, n))
-        )
+        batcher = MicroBatcher(FakeTriton(), BatchSettings(max_batch=4), RANGES, lambda v, r, n: seen.append((v, r, n)))
         await _gather(batcher, range(1, 10), version=7, role="candidate")
 
     asyncio.run(scenario())

@@ -35,7 +35,7 @@ def test_repo_config_loads_with_the_spec_s_cohorts_in_order():
 def test_minimal_config_loads_with_defaults(tmp_path):
     config = load_config(_write(tmp_path, BASE))
     assert config.cohorts.names == ("high_value", "long_tail", "core")
-    assert config.fallback.km_per_hour == 55.0
+    assert config.spec.fallback.params["km_per_hour"] == 55.0  # the served model's, from its release spec
     assert config.auth.header == "X-API-Key"
 
 
@@ -49,6 +49,9 @@ def test_override_replaces_yaml_value_and_none_is_ignored(tmp_path):
 def test_cohorts_in_the_gateway_config_are_refused_naming_where_they_live_now(tmp_path):
     old = {**BASE, "cohorts": {"bucket_key": "user_id", "rules": [{"name": "core"}]}}
     with pytest.raises(StepError, match=r"cohorts: .*declared in its release spec \(models/<name>/release.yaml"):
+        load_config(_write(tmp_path, old))
+    old = {**BASE, "fallback": {"base_hours": 8, "confidence": 0.3}}
+    with pytest.raises(StepError, match=r"fallback: .*declared in its release spec \(models/<name>/release.yaml"):
         load_config(_write(tmp_path, old))
 
 
@@ -75,9 +78,9 @@ def test_replay_as_of_with_timezone_is_accepted(tmp_path):
     assert load_config(_write(tmp_path, raw)).replay_as_of == datetime(2026, 11, 29, 2, tzinfo=UTC)
 
 
-def test_guard_eta_range_must_be_increasing(tmp_path):
-    raw = copy.deepcopy(BASE) | {"guard": {"min_eta_hours": 10, "max_eta_hours": 10}}
-    with pytest.raises(StepError, match=r"max_eta_hours must be above min_eta_hours"):
+def test_eta_bounds_in_the_gateway_config_are_refused_naming_the_specs_output_range(tmp_path):
+    raw = copy.deepcopy(BASE) | {"guard": {"min_eta_hours": 0, "max_eta_hours": 500}}
+    with pytest.raises(StepError, match=r"min_eta_hours/max_eta_hours: .* release spec .*outputs\[\]\.range"):
         load_config(_write(tmp_path, raw))
 
 

@@ -26,8 +26,8 @@ from mlrelease.gateway.auth import (
 )
 from mlrelease.gateway.cli import parse_percents
 from mlrelease.gateway.cohorts import BUCKETS, assign_cohort, bucket
-from mlrelease.gateway.config import DEFAULT_CONFIG, FallbackConfig, RateLimit, load_config
-from mlrelease.gateway.fallback import rule_eta
+from mlrelease.gateway.config import DEFAULT_CONFIG, RateLimit, load_config
+from mlrelease.gateway.fallback import eta_rule
 from mlrelease.gateway.guard import BreakerState, CircuitBreaker, output_problem
 from mlrelease.gateway.routing_state import GuardTrip, RoutingState, choose
 from mlrelease.model.features import FEATURES, encode, encode_row
@@ -346,29 +346,49 @@ def test_breaker_reset():
     ],
 )
 def test_output_problem(eta, confidence, expected):
-    assert output_problem(eta, confidence, 0.0, 500.0) == expected
+    assert output_problem(eta, confidence, ((0.0, 500.0), (0.0, 1.0))) == expected
+
+
+def test_the_valid_answers_are_the_release_specs():
+    from mlrelease.gateway.guard import output_ranges
+    from mlrelease.release_spec import load_specs
+
+    specs = load_specs()
+    assert output_ranges(specs["parcel_eta"]) == ((0.0, 500.0), (0.0, 1.0))
+    assert output_ranges(specs["late_delivery"]) == ((0.0, 1.0), (0.0, 1.0))
+    assert output_problem(2.0, 0.9, output_ranges(specs["late_delivery"])) == "out_of_range"  # a 0/1 decision
+    assert output_problem(2.0, 0.9, output_ranges(specs["parcel_eta"])) is None  # two hours
 
 
 # --- fallback rule -----------------------------------------------------------------------------------------------
 
 
 def test_rule_eta_remote_bulky_vs_plain():
-    config = FallbackConfig()
     # 8 + 110 km / 55 km/h * (1 + 0.8 * 0.5) + 20 remote + 6 bulky = 8 + 2 * 1.4 + 26 = 36.8
     remote_bulky = {"distance_km": 110.0, "congestion_index": 0.5, "is_remote": True, "is_bulky": True}
-    assert rule_eta(config, remote_bulky) == pytest.approx(36.8)
+    assert eta_rule(remote_bulky) == pytest.approx(36.8)
     # 8 + 220 / 55 * (1 + 0) = 12
     plain = {"distance_km": 220.0, "congestion_index": 0.0, "is_remote": False, "is_bulky": False}
-    assert rule_eta(config, plain) == pytest.approx(12.0)
-    assert rule_eta(config, remote_bulky) - rule_eta(config, {**remote_bulky, "is_remote": False}) == pytest.approx(20)
+    assert eta_rule(plain) == pytest.approx(12.0)
+    assert eta_rule(remote_bulky) - eta_rule({**remote_bulky, "is_remote": False}) == pytest.approx(20)
 
 
 def test_rule_eta_missing_features_count_as_zero():
-    assert rule_eta(FallbackConfig(), {}) == 8.0
-    assert rule_eta(FallbackConfig(), {"distance_km": None, "congestion_index": None, "is_remote": None}) == 8.0
-    custom = FallbackConfig(base_hours=1, km_per_hour=100, congestion_slowdown=1, remote_hours=0, bulky_hours=2)
+    assert eta_rule({}) == 8.0
+    assert eta_rule({"distance_km": None, "congestion_index": None, "is_remote": None}) == 8.0
+    custom = {"base_hours": 1, "km_per_hour": 100, "congestion_slowdown": 1, "remote_hours": 0, "bulky_hours": 2}
     # 1 + 50/100 * (1 + 1 * 1) + 2 = 4
-    assert rule_eta(custom, {"distance_km": 50, "congestion_index": 1, "is_bulky": 1}) == pytest.approx(4.0)
+    assert eta_rule({"distance_km": 50, "congestion_index": 1, "is_bulky": 1}, **custom) == pytest.approx(4.0)
+
+
+def test_each_models_fallback_answers_in_its_own_outputs():
+    from mlrelease.release_spec import load_specs
+
+    specs = load_specs()
+    remote = {"distance_km": 110.0, "congestion_index": 0.5, "is_remote": True, "is_bulky": True}
+    # the parcel spec names the rule with the network's terms, and a low confidence
+    assert specs["parcel_eta"].fallback_answer()(remote) == {"eta_prediction": 36.8, "confidence_score": 0.3}
+    assert specs["late_delivery"].fallback_answer()(remote) == {"is_late": 0.0, "late_probability": 0.24}
 
 
 # --- auth --------------------------------------------------------------------------------------------------------

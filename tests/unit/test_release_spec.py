@@ -91,6 +91,26 @@ def test_the_repository_declares_a_late_delivery_classifier_on_the_same_network(
         ({"perf": {"min_throughput_ratio": 1.5}}, "perf.min_throughput_ratio: Input should be less than or equal"),
         ({"perf": {"peak_batch": 0}}, "perf.peak_batch: Input should be greater than or equal to 1"),
         ({"rollout_plan": ""}, "rollout_plan: String should have at least 1 character"),
+        ({"fallback": {"values": {"confidence_score": 0.3}}}, "fallback: no answer for output(s) ['eta_prediction']"),
+        (
+            {"fallback": {"values": {"eta_prediction": 9, "confidence_score": 0.3, "eta": 9}}},
+            "fallback.values names no output: ['eta']",
+        ),
+        (
+            {"fallback": {"values": {"eta_prediction": 9, "confidence_score": 1.3}}},
+            "fallback.values.confidence_score 1.3 is outside that output's range [0, 1]",
+        ),
+        ({"fallback": {"params": {"a": 1.0}, "values": {"eta_prediction": 9, "confidence_score": 0.3}}}, "without"),
+        (
+            {
+                "outputs": [
+                    {"name": "eta_prediction", "role": "prediction", "range": [5, 1]},
+                    {"name": "confidence_score", "role": "score"},
+                ]
+            },
+            "outputs.0: Value error, range [5.0, 1.0] must be [lowest, highest]",
+        ),
+        ({"fallback": None}, "fallback: Input should be a valid dictionary"),
     ],
     ids=[
         "task",
@@ -108,6 +128,12 @@ def test_the_repository_declares_a_late_delivery_classifier_on_the_same_network(
         "throughput",
         "peak-batch",
         "plan",
+        "fallback-missing",
+        "fallback-unknown",
+        "fallback-range",
+        "fallback-params",
+        "output-range",
+        "no-fallback",
     ],
 )
 def test_a_bad_spec_is_refused_naming_the_file_and_the_field(tmp_path, change, complaint):
@@ -161,7 +187,9 @@ def test_binding_a_process_to_another_model_than_it_runs_is_refused(monkeypatch)
 
 
 def test_serving_needs_a_score_output(tmp_path):
-    spec = load_spec(_write(tmp_path, {**PARCEL, "outputs": [{"name": "eta_prediction", "role": "prediction"}]}))
+    prediction_only = [{"name": "eta_prediction", "role": "prediction"}]
+    only = {"outputs": prediction_only, "fallback": {"values": {"eta_prediction": 9}}}
+    spec = load_spec(_write(tmp_path, {**PARCEL, **only}))
     assert spec.score is None and spec.prediction.name == "eta_prediction"
     with pytest.raises(StepError, match="model parcel_eta: its release spec declares no score output"):
         spec.prediction_and_score()
@@ -178,6 +206,7 @@ def test_models_list_prints_every_declared_model(tmp_path, capsys):
     ]
     assert listed["models"][1]["outputs"] == {"eta_prediction": "prediction", "confidence_score": "score"}
     assert listed["models"][1]["spec"] == str(tmp_path / "parcel_eta" / "release.yaml")
+    assert listed["models"][1]["rollout_plan"] == "config/rollout_plan.yaml"
 
 
 def test_models_list_runs_without_a_process_model(monkeypatch, capsys):
@@ -256,3 +285,10 @@ def test_a_models_steps_and_form_default_to_its_specs_perf_limits_and_plan(tmp_p
     env[MODEL_ENV] = "parcel_eta"  # the shipped parcel spec's values, as before specs declared them
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == [1.1, 0.9, 16, 16, 1.1, 0.9, "config/rollout_plan.yaml"]
+
+
+def test_a_fallback_rule_that_cannot_be_imported_is_named_when_the_gateway_builds_its_answer(tmp_path):
+    fallback = {"rule": "team_rules:eta", "values": {"confidence_score": 0.3}}
+    spec = load_spec(_write(tmp_path, {**PARCEL, "fallback": fallback}))
+    with pytest.raises(StepError, match=r"release spec .*: fallback.rule 'team_rules:eta': module team_rules cannot"):
+        spec.fallback_answer()

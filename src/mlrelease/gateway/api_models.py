@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+if TYPE_CHECKING:
+    from mlrelease.release_spec import ReleaseSpec
 
 # Ids stay within 2**53 so every JSON client (JavaScript included) round-trips them exactly.
 Id = Field(ge=1, le=2**53 - 1)
@@ -46,16 +50,31 @@ class PredictRequest(BaseModel):
     features: SuppliedFeatures | None = None
 
 
-class PredictResponse(BaseModel):
-    """The estimate and where it came from."""
+def response_model(spec: ReleaseSpec) -> type[BaseModel]:
+    """The predict response of one model: its outputs under the names its release spec gives, and their source."""
+    by_name = {o.name: o for o in spec.outputs}
 
-    order_id: int
-    eta_prediction: float = Field(description="hours until delivery")
-    confidence_score: float = Field(ge=0, le=1)
-    model_version: int | None = Field(description="the Triton version that answered; null for the fallback rule")
-    cohort: str
-    source: Literal["model", "fallback_rule"]
-    routing_revision: int
+    def output(name: str, what: str) -> tuple[type, Any]:
+        low, high = by_name[name].valid
+        bounds: dict[str, Any] = {k: v for k, v in (("ge", low), ("le", high)) if math.isfinite(v)}
+        return float, Field(description=f"{what} (release spec output {name!r})", **bounds)
+
+    prediction, score = spec.prediction_and_score()
+    fields: dict[str, Any] = {
+        "order_id": (int, ...),
+        prediction: output(prediction, "the prediction"),
+        score: output(score, "the score"),
+        "model_version": (
+            int | None,
+            Field(description="the Triton version that answered; null for the fallback rule"),
+        ),
+        "cohort": (str, ...),
+        "source": (Literal["model", "fallback_rule"], ...),
+        "routing_revision": (int, ...),
+    }
+    name = "".join(part.title() for part in spec.name.split("_")) + "Response"
+    model: type[BaseModel] = create_model(name, __doc__=f"The answer of {spec.name} and where it came from.", **fields)
+    return model
 
 
 class ErrorResponse(BaseModel):

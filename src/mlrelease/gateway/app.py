@@ -21,11 +21,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlrelease.errors import StepError
 from mlrelease.gateway.api_errors import ApiError, answer_predict, client_checker
-from mlrelease.gateway.api_models import ERROR_RESPONSES, PredictRequest, PredictResponse
+from mlrelease.gateway.api_models import ERROR_RESPONSES, PredictRequest, response_model
 from mlrelease.gateway.auth import Authenticator, read_keys
 from mlrelease.gateway.batcher import BatchSettings, MicroBatcher
 from mlrelease.gateway.config import GatewayConfig, load_config
 from mlrelease.gateway.decision_log import DecisionLog
+from mlrelease.gateway.guard import OutputRanges, output_ranges
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import TritonModelClient
 from mlrelease.gateway.online_features import BatchingLookup, FeatureLookup, wall_clock
@@ -127,7 +128,7 @@ def create_app(config: GatewayConfig, settings: Settings) -> FastAPI:
         metrics=metrics,
     )
     authenticate = _authentication(config, check_client)
-    _add_api_routes(app, router, authenticate)
+    _add_api_routes(app, router, authenticate, config)
     _add_ops_routes(app, router, metrics)
     _install_error_handlers(app, metrics)
     app.state.config, app.state.metrics, app.state.router = config, metrics, router
@@ -145,9 +146,9 @@ def _lifespan(
         reader = OnlineReader(open_store(settings))
         inline = reader.prepare_local_reads(busy_timeout_ms=config.feature_timeout_ms)
         lookup = BatchingLookup(FeatureLookup(reader, _replay_or_wall_clock(config)), inline=inline)
-        eta_range = (config.guard.min_eta_hours, config.guard.max_eta_hours)
-        model = TritonModelClient(config.triton_url or triton_url(), config.model, eta_range)
-        batcher = await _batcher(config, model, metrics, eta_range)
+        ranges = output_ranges(config.spec)
+        model = TritonModelClient(config.triton_url or triton_url(), config.model, ranges)
+        batcher = await _batcher(config, model, metrics, ranges)
         settings_log = config.decision_log
         decisions = DecisionLog(
             config.decision_dir(settings),
@@ -197,7 +198,7 @@ async def _heartbeat(service: PredictService, every_s: float) -> None:
 
 
 async def _batcher(
-    config: GatewayConfig, model: TritonModelClient, metrics: GatewayMetrics, eta_range: tuple[float, float]
+    config: GatewayConfig, model: TritonModelClient, metrics: GatewayMetrics, ranges: OutputRanges
 ) -> MicroBatcher | None:
     """The micro-batcher (None when batching is off), its batch size capped by the model's max_batch_size."""
     batching = config.batching
@@ -215,7 +216,7 @@ async def _batcher(
         )
         max_batch = model_max
     settings = BatchSettings(max_batch, batching.max_delay_ms / 1000, batching.max_in_flight)
-    return MicroBatcher(model.infer_rows, settings, eta_range, metrics.observe_batch)
+    return MicroBatcher(model.infer_rows, settings, ranges, metrics.observe_batch)
 
 
 def _authentication(config: GatewayConfig, check_client: Callable[[str | None], str]) -> Callable[..., Awaitable[str]]:
@@ -228,10 +229,12 @@ def _authentication(config: GatewayConfig, check_client: Callable[[str | None], 
     return authenticate
 
 
-def _add_api_routes(app: FastAPI, router: Router, authenticate: Callable[..., Awaitable[str]]) -> None:
-    @app.post("/v1/predict", response_model=PredictResponse, responses=ERROR_RESPONSES)
+def _add_api_routes(
+    app: FastAPI, router: Router, authenticate: Callable[..., Awaitable[str]], config: GatewayConfig
+) -> None:
+    @app.post("/v1/predict", response_model=response_model(config.spec), responses=ERROR_RESPONSES)
     async def predict(request: Request, body: PredictRequest, client: str = Depends(authenticate)) -> Response:
-        """Estimate one order's delivery time with the model version its cohort is routed to."""
+        """Answer one order with the model version its cohort is routed to (the fallback rule if none can)."""
         # PredictEndpoint answers these requests before routing; this route documents the operation (OpenAPI)
         # and answers the same way wherever the app runs without that middleware.
         service: PredictService = request.app.state.service

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlrelease.gateway.guard import output_problem
-from mlrelease.gateway.model_client import ModelAnswer, ModelFailure
+from mlrelease.gateway.guard import OutputRanges, output_problem
+from mlrelease.gateway.model_client import ModelAnswer, ModelFailure, answered
 
-# (version, rows [n, F], deadline on the loop clock, role) -> (eta [n], confidence [n])
+# (version, rows [n, F], deadline on the loop clock, role) -> (prediction [n], score [n])
 BatchCall = Callable[[int, np.ndarray, float, str], Awaitable[tuple[np.ndarray, np.ndarray]]]
 # (version, role, rows in the batch): told once per call sent, for the batch-size metric
 BatchObserver = Callable[[int, str, int], None]
@@ -62,7 +62,7 @@ class RowQueue:
     :param role: stable or candidate (which connection pool, and the failure detail).
     :param call: sends one batch to Triton; raises ModelFailure for the whole call.
     :param settings: batch size, delay and in-flight limit.
-    :param eta_range: (min, max) hours outside which an answer is a failure.
+    :param ranges: the valid prediction and score; an answer outside them is a failure.
     :param observe: told the size of each batch sent.
     """
 
@@ -72,11 +72,11 @@ class RowQueue:
         role: str,
         call: BatchCall,
         settings: BatchSettings,
-        eta_range: tuple[float, float],
+        ranges: OutputRanges,
         observe: BatchObserver | None = None,
     ) -> None:
         self.version, self.role = version, role
-        self._call, self._settings, self._eta_range, self._observe = call, settings, eta_range, observe
+        self._call, self._settings, self._ranges, self._observe = call, settings, ranges, observe
         self._pending: deque[_Pending] = deque()
         self._in_flight = 0
         self._scheduled = False
@@ -128,16 +128,17 @@ class RowQueue:
             if self._observe is not None:
                 self._observe(self.version, self.role, len(batch))
             try:
-                eta, confidence = await self._call(self.version, rows, min(p.deadline for p in batch), self.role)
-                if len(eta) != len(batch) or len(confidence) != len(batch):
-                    raise ModelFailure("error", f"version {self.version} answered {len(eta)} rows for {len(batch)}")
+                prediction, score = await self._call(self.version, rows, min(p.deadline for p in batch), self.role)
+                if len(prediction) != len(batch) or len(score) != len(batch):
+                    answered_rows = f"answered {len(prediction)} rows for {len(batch)}"
+                    raise ModelFailure("error", f"version {self.version} {answered_rows}")
             except ModelFailure as failure:
                 self._fail_all(batch, failure)
                 return
             except Exception as exc:  # a bug in the call path must fail these rows, never hang them
                 self._fail_all(batch, self._failure("error", f"{type(exc).__name__}: {exc}"))
                 return
-            self._answer(batch, eta, confidence)
+            self._answer(batch, prediction, score)
         finally:
             self._in_flight -= 1
             self._schedule()
@@ -149,17 +150,16 @@ class RowQueue:
             if not entry.future.done():
                 entry.future.set_exception(ModelFailure(failure.kind, failure.detail, call=call))
 
-    def _answer(self, batch: list[_Pending], eta: np.ndarray, confidence: np.ndarray) -> None:
+    def _answer(self, batch: list[_Pending], prediction: np.ndarray, score: np.ndarray) -> None:
         """Each row its own verdict: a NaN or out-of-range row fails only its own request."""
-        for entry, e, c in zip(batch, eta.tolist(), confidence.tolist(), strict=True):
+        for entry, p, c in zip(batch, prediction.tolist(), score.tolist(), strict=True):
             if entry.future.done():
                 continue
-            problem = output_problem(e, c, *self._eta_range)
+            problem = output_problem(p, c, self._ranges)
             if problem:
-                detail = f"version {self.version} answered eta={e!r}, confidence={c!r}"
-                entry.future.set_exception(ModelFailure(problem, detail))
+                entry.future.set_exception(ModelFailure(problem, answered(self.version, p, c)))
             else:
-                entry.future.set_result(ModelAnswer(e, c))
+                entry.future.set_result(ModelAnswer(p, c))
 
     def _failure(self, kind: str, detail: str) -> ModelFailure:
         return ModelFailure(kind, f"version {self.version}: {detail}")
@@ -176,7 +176,7 @@ class MicroBatcher:
 
     :param call: sends one batch to Triton (TritonModelClient.infer_rows, or a fake in tests).
     :param settings: batch size, delay and in-flight limit (max_batch 1 turns batching off).
-    :param eta_range: (min, max) hours outside which an answer is a failure.
+    :param ranges: the valid prediction and score; an answer outside them is a failure.
     :param observe: told the size of each batch sent.
     """
 
@@ -184,18 +184,18 @@ class MicroBatcher:
         self,
         call: BatchCall,
         settings: BatchSettings,
-        eta_range: tuple[float, float],
+        ranges: OutputRanges,
         observe: BatchObserver | None = None,
     ) -> None:
-        self._call, self.settings, self._eta_range, self._observe = call, settings, eta_range, observe
+        self._call, self.settings, self._ranges, self._observe = call, settings, ranges, observe
         self._queues: dict[tuple[int, str], RowQueue] = {}
 
     async def predict(self, version: int, row: np.ndarray, timeout_s: float, role: str = "stable") -> ModelAnswer:
-        """ETA and confidence for one encoded row, sent with whatever else is waiting for that version."""
+        """Prediction and score for one encoded row, sent with whatever else is waiting for that version."""
         queue = self._queues.get((version, role))
         if queue is None:
             queue = self._queues[version, role] = RowQueue(
-                version, role, self._call, self.settings, self._eta_range, self._observe
+                version, role, self._call, self.settings, self._ranges, self._observe
             )
         return await queue.submit(row, timeout_s)
 

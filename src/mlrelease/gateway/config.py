@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from mlrelease.cohort_rules import CohortConfig
-from mlrelease.release_spec import process_spec, spec_named
+from mlrelease.release_spec import ReleaseSpec, process_spec, spec_named
 from mlrelease.settings import REPO_ROOT, Settings
 from mlrelease.yamlconfig import StrictModel, load_yaml_model
 
@@ -58,14 +58,16 @@ class GuardConfig(StrictModel):
     )
     candidate_timeout_ms: float = Field(500.0, gt=0)
     stable_timeout_ms: float = Field(2000.0, gt=0)
-    min_eta_hours: float = 0.0
-    max_eta_hours: float = 500.0
 
-    @model_validator(mode="after")
-    def _check(self) -> GuardConfig:
-        if self.max_eta_hours <= self.min_eta_hours:
-            raise ValueError("max_eta_hours must be above min_eta_hours")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _no_output_ranges_here(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and {"min_eta_hours", "max_eta_hours"} & set(raw):
+            raise ValueError(
+                "min_eta_hours/max_eta_hours: a model's valid answers are declared in its release spec "
+                "(models/<name>/release.yaml, outputs[].range), not in the gateway config: move them there"
+            )
+        return raw
 
 
 class BatchingConfig(StrictModel):
@@ -77,17 +79,6 @@ class BatchingConfig(StrictModel):
         0.5, ge=0, le=1.0, description="longest a row waits for company, and only while a call is already running"
     )
     max_in_flight: int = Field(2, ge=1, le=64, description="calls per version and role at once; more rows queue")
-
-
-class FallbackConfig(StrictModel):
-    """The rule-based ETA used when no model version can answer: base + distance/speed + route and parcel terms."""
-
-    base_hours: float = Field(8.0, ge=0)
-    km_per_hour: float = Field(55.0, gt=0)
-    congestion_slowdown: float = Field(0.8, ge=0)
-    remote_hours: float = Field(20.0, ge=0)
-    bulky_hours: float = Field(6.0, ge=0)
-    confidence: float = Field(0.3, ge=0, le=1)
 
 
 class RoutingConfig(StrictModel):
@@ -135,25 +126,30 @@ class GatewayConfig(StrictModel):
     )
     guard: GuardConfig = GuardConfig()
     batching: BatchingConfig = BatchingConfig()
-    fallback: FallbackConfig = FallbackConfig()
     routing: RoutingConfig = RoutingConfig()
     auth: AuthConfig = AuthConfig()
     decision_log: DecisionLogConfig = DecisionLogConfig()
 
     @model_validator(mode="before")
     @classmethod
-    def _no_cohorts_here(cls, raw: Any) -> Any:
-        if isinstance(raw, dict) and "cohorts" in raw:  # an older gateway.yaml: say where they live now
-            raise ValueError(
-                "cohorts: a model's cohorts are declared in its release spec (models/<name>/release.yaml, "
-                "key cohorts), not in the gateway config: move the block there"
-            )
+    def _no_model_blocks_here(cls, raw: Any) -> Any:
+        for key in ("cohorts", "fallback"):  # an older gateway.yaml: say where they live now
+            if isinstance(raw, dict) and key in raw:
+                raise ValueError(
+                    f"{key}: a model's {key} is declared in its release spec (models/<name>/release.yaml, "
+                    f"key {key}), not in the gateway config: move the block there"
+                )
         return raw
+
+    @property
+    def spec(self) -> ReleaseSpec:
+        """The served model's release spec (its cohorts, outputs and fallback)."""
+        return spec_named(self.model)
 
     @property
     def cohorts(self) -> CohortConfig:
         """The served model's cohort rules and bucket key, from its release spec."""
-        return spec_named(self.model).cohorts
+        return self.spec.cohorts
 
     @field_validator("replay_as_of")
     @classmethod

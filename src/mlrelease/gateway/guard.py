@@ -7,6 +7,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlrelease.release_spec import ReleaseSpec
 
 
 class BreakerState(IntEnum):
@@ -81,10 +85,22 @@ class CircuitBreaker:
         return True
 
 
-def output_problem(eta: float, confidence: float, min_eta: float, max_eta: float) -> str | None:
+# The valid [low, high] of the prediction and of the score, from the release spec's outputs (`Output.valid`).
+OutputRanges = tuple[tuple[float, float], tuple[float, float]]
+
+
+def output_ranges(spec: ReleaseSpec) -> OutputRanges:
+    """The valid prediction and score of a served model, as its release spec declares them."""
+    prediction, score = spec.prediction_and_score()
+    by_name = {o.name: o for o in spec.outputs}
+    return by_name[prediction].valid, by_name[score].valid
+
+
+def output_problem(prediction: float, score: float, ranges: OutputRanges) -> str | None:
     """Why a model answer is unusable (`nan` or `out_of_range`), or None when it is fine."""
-    if not (math.isfinite(eta) and math.isfinite(confidence)):
+    if not (math.isfinite(prediction) and math.isfinite(score)):
         return "nan"
-    if not (min_eta <= eta <= max_eta and 0.0 <= confidence <= 1.0):
+    (low, high), (score_low, score_high) = ranges
+    if not (low <= prediction <= high and score_low <= score <= score_high):
         return "out_of_range"
     return None

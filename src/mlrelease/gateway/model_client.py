@@ -14,7 +14,7 @@ from urllib.parse import quote
 import numpy as np
 import orjson
 
-from mlrelease.gateway.guard import output_problem
+from mlrelease.gateway.guard import OutputRanges, output_problem
 from mlrelease.gateway.triton_http import HttpAnswer, TritonHttp, TritonHttpError, infer_request
 from mlrelease.release_spec import process_spec
 from mlrelease.serving.triton_client import host_port
@@ -40,10 +40,10 @@ class ModelFailure(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ModelAnswer:
-    """What a version answered for one request."""
+    """What a version answered for one request: its prediction and score outputs (named in the release spec)."""
 
-    eta: float
-    confidence: float
+    prediction: float
+    score: float
 
 
 class TritonModelClient:
@@ -51,16 +51,16 @@ class TritonModelClient:
 
     :param url: Triton's HTTP endpoint, e.g. http://127.0.0.1:8000.
     :param model: the model name in the repository.
-    :param eta_range: (min, max) hours outside which an answer counts as a failure.
+    :param ranges: the valid prediction and score; an answer outside them counts as a failure.
     """
 
-    def __init__(self, url: str, model: str, eta_range: tuple[float, float]) -> None:
+    def __init__(self, url: str, model: str, ranges: OutputRanges) -> None:
         address, tls = host_port(url)
         if tls:  # the lean client speaks plain HTTP: Triton is reached inside the cluster, never over TLS
             raise ValueError(f"the gateway talks plain HTTP to Triton; {url} asks for TLS")
         host, port = address.rsplit(":", 1)
         self.model = model
-        self._eta_range = eta_range
+        self._ranges = ranges
         self._quoted = quote(model)
         # Two pools: a slow stable version holding every connection must not make the candidate's
         # calls wait for one past their short timeout (and trip a healthy candidate).
@@ -70,7 +70,7 @@ class TritonModelClient:
     async def infer_rows(
         self, version: int, rows: np.ndarray, deadline: float, role: str = "stable"
     ) -> tuple[np.ndarray, np.ndarray]:
-        """ETA and confidence per row of an encoded [n, F] batch, by `deadline` (loop time); raises ModelFailure."""
+        """Prediction and score per row of an encoded [n, F] batch, by `deadline` (loop time); raises ModelFailure."""
         n, n_features = rows.shape
         header = self._headers.get(n)
         if header is None:
@@ -88,14 +88,14 @@ class TritonModelClient:
         return _outputs(answer, version, n)
 
     async def predict(self, version: int, row: np.ndarray, timeout_s: float, role: str = "stable") -> ModelAnswer:
-        """ETA and confidence for one encoded row, unbatched; anything unusable raises ModelFailure."""
+        """Prediction and score for one encoded row, unbatched; anything unusable raises ModelFailure."""
         deadline = asyncio.get_running_loop().time() + timeout_s
-        eta, confidence = await self.infer_rows(version, row.reshape(1, -1), deadline, role)
-        e, c = float(eta[0]), float(confidence[0])
-        problem = output_problem(e, c, *self._eta_range)
+        prediction, score = await self.infer_rows(version, row.reshape(1, -1), deadline, role)
+        p, c = float(prediction[0]), float(score[0])
+        problem = output_problem(p, c, self._ranges)
         if problem:
-            raise ModelFailure(problem, f"version {version} answered eta={e!r}, confidence={c!r}")
-        return ModelAnswer(e, c)
+            raise ModelFailure(problem, answered(version, p, c))
+        return ModelAnswer(p, c)
 
     async def version_ready(self, version: int) -> bool:
         """Whether Triton reports the version ready (False when Triton does not answer)."""
@@ -143,11 +143,16 @@ def _outputs(answer: HttpAnswer, version: int, n: int) -> tuple[np.ndarray, np.n
                     answer.body, dtype=dtype, count=size // dtype.itemsize, offset=offset
                 )
                 offset += size
-        eta, confidence = (found[name].reshape(-1) for name in OUTPUTS)
+        prediction, score = (found[name].reshape(-1) for name in OUTPUTS)
     except ModelFailure:
         raise
     except (KeyError, ValueError, TypeError, AttributeError) as exc:  # orjson's decode error is a ValueError
         raise ModelFailure("error", f"version {version}: unreadable answer ({type(exc).__name__}: {exc})") from None
-    if len(eta) != n or len(confidence) != n:
-        raise ModelFailure("error", f"version {version} answered {len(eta)} rows for {n}")
-    return eta, confidence
+    if len(prediction) != n or len(score) != n:
+        raise ModelFailure("error", f"version {version} answered {len(prediction)} rows for {n}")
+    return prediction, score
+
+
+def answered(version: int, prediction: float, score: float) -> str:
+    """What a version answered, in its outputs' names (for a failure's detail)."""
+    return f"version {version} answered {OUTPUTS[0]}={prediction!r}, {OUTPUTS[1]}={score!r}"

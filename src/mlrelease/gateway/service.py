@@ -15,7 +15,6 @@ from mlrelease.gateway.batcher import MicroBatcher
 from mlrelease.gateway.cohorts import assign_cohort, bucket
 from mlrelease.gateway.config import GatewayConfig
 from mlrelease.gateway.decision_log import DecisionLog
-from mlrelease.gateway.fallback import rule_eta
 from mlrelease.gateway.guard import BreakerState, CircuitBreaker
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import ModelAnswer, ModelFailure, TritonModelClient
@@ -60,7 +59,10 @@ class PredictService:
         replica: str = REPLICA,
     ) -> None:
         self.config = config
-        self.cohorts = config.cohorts  # the model's rules, looked up in its spec once, not on every request
+        spec = config.spec  # the model's rules and outputs, looked up in its spec once, not on every request
+        self.cohorts = spec.cohorts
+        self._outputs = spec.prediction_and_score()  # the response's field names
+        self._fallback = spec.fallback_answer()
         self.lookup = lookup
         self.model = model
         self.router = router
@@ -111,7 +113,7 @@ class PredictService:
             self.metrics.feature_latency.observe(time.perf_counter() - started)
 
     async def predict(self, request: PredictRequest) -> dict[str, Any]:
-        """Route the request and answer it (a PredictResponse's fields); a failing candidate is retried on stable,
+        """Route the request and answer it (the model's response fields); a failing candidate is retried on stable,
         a failing stable falls back."""
         started = time.perf_counter()
         features = await self.features_for(request)
@@ -149,19 +151,20 @@ class PredictService:
                 # and a crash both versions share would read as the candidate's alone
                 self._guarded(False, failed="unavailable", reason="stable rests behind its breaker")
         if answer is None:
-            eta, served, source = rule_eta(self.config.fallback, features), None, "fallback_rule"
-            confidence = self.config.fallback.confidence
+            fallback = self._fallback(features)
+            prediction, score = (fallback[name] for name in self._outputs)
+            served, source = None, "fallback_rule"
         else:
-            eta, confidence, served, source = answer.eta, answer.confidence, version, "model"
+            prediction, score, served, source = answer.prediction, answer.score, version, "model"
         self.metrics.observe_answer(
-            cohort, str(served or "none"), source, eta, confidence, time.perf_counter() - started
+            cohort, str(served or "none"), source, prediction, score, time.perf_counter() - started
         )
-        # The fields of PredictResponse, unvalidated: each value is built here from validated parts, and
-        # validating the answer again cost as much as the rest of the bookkeeping.
+        # The fields of the model's response (api_models.response_model), unvalidated: each value is built here from
+        # validated parts, and validating the answer again cost as much as the rest of the bookkeeping.
         return {
             "order_id": request.order_id,
-            "eta_prediction": eta,
-            "confidence_score": confidence,
+            self._outputs[0]: prediction,
+            self._outputs[1]: score,
             "model_version": served,
             "cohort": cohort,
             "source": source,
@@ -272,8 +275,8 @@ class PredictService:
             assigned=call.assigned,
             unit=call.unit,
             retry=call.retry,
-            eta=answer.eta if answer else None,
-            confidence=answer.confidence if answer else None,
+            eta=answer.prediction if answer else None,  # the log's names for the prediction and the score
+            confidence=answer.score if answer else None,
             # one numpy pass instead of 14 Python round() calls; float64 first so 5 decimals print as before
             features=encoded.astype(np.float64).round(5).tolist() if self.decisions.with_features else None,
             key=zlib.crc32(encoded.tobytes()),  # the request's identity for the guardrails (same inputs, same key)
