@@ -239,7 +239,9 @@ def test_the_classifier_is_rolled_out_under_live_traffic_and_promoted(world, boo
     assert version == "2" and trained.get("decision", "accepted") == "accepted", trained
     for step in ("export", "validate-serving", "benchmark"):
         _step(env, step, "--model-version", version)
-    _step(env, "materialize", "--start", NEXT.start.isoformat(), "--end", NEXT.end.isoformat())
+    _run(
+        env, "step", "materialize", "--start", NEXT.start.isoformat(), "--end", NEXT.end.isoformat()
+    )  # Feast prints too
     plan = home / "late-plan.yaml"
     plan.write_text(yaml.safe_dump(LATE_PLAN), encoding="utf-8")
 
