@@ -25,7 +25,7 @@ from mlrelease.serving.triton_repo import parse_pbtxt
 from mlrelease.timewindow import Window, run_key
 from tests.conftest import HISTORY, ROWS_PER_DAY, WINDOW_END, WINDOW_START, free_port
 from tests.integration.serving_world import MLRELEASE
-from tests.small_world_plan import ERRORS_RATE, NAN_RATE
+from tests.small_world_plan import ERRORS_RATE, GOOD_PLAN, NAN_RATE
 from tests.small_world_plan import PLAN as SMALL_PLAN
 
 pytestmark = pytest.mark.integration
@@ -201,31 +201,74 @@ LATE_PLAN = {
             "name": "bulky",
             "candidate_percent": {"remote_routes": 50, "bulky": 99},
             "judge": [],
+            "max_exposure_s": {"production": 7200, "demo": 60},  # ~4 bulky requests a second reach its arm here
             "on_breach": "rollback_cohort",
             "guardrails": [{**ERRORS_RATE, "cohorts": ["remote_routes"]}, NAN_RATE],
         },
         SMALL_PLAN["stages"][2],
     ],
 }
-TRAFFIC_RATE = 200.0
+TRAFFIC_RATE = 100.0  # per model: two gateways, one Triton and the steps share this 2-core box
 
 
-def _analyze_until_decided(env: dict[str, str], version: str, stage: int, within_s: float = 120.0) -> dict[str, Any]:
-    """`analyze --tick` as the DAG's deferring task runs it: one look per process, until the stage is decided."""
+def _analyze_until_decided(
+    env: dict[str, str], version: str, stage: int, within_s: float = 120.0
+) -> dict[str, Any] | None:
+    """`analyze --tick` as the DAG's deferring task runs it: one look per process, until the stage is decided; None
+    when a look's verdict rolled the candidate back (the step exits with a gate failure, as the task fails)."""
     import time
 
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         args = ("--model-version", version, "--end", NEXT.end.isoformat(), "--stage", str(stage), "--tick")
-        result = _step(env, "analyze", *args)
+        done = _run(env, "step", "analyze", *args, ok=False)
+        if done.returncode == EXIT_GATE_FAILED:
+            return None
+        assert done.returncode == 0, done.stderr[-3000:]
+        result: dict[str, Any] = json.loads(done.stdout)
         if result["decided"]:
             return result
         time.sleep(0.5)
-    raise AssertionError(f"stage {stage} of late_delivery undecided after {within_s:.0f} s")
+    raise AssertionError(f"stage {stage} of {env['MLRELEASE_MODEL']} undecided after {within_s:.0f} s")
 
 
-def test_the_classifier_is_rolled_out_under_live_traffic_and_promoted(world, bootstrapped):
-    """Its retrained candidate through every gate, shadow and three stages behind a gateway serving late_delivery."""
+def _through_the_gates(env: dict[str, str], window: Window) -> str:
+    """Train on `window`, then export, validate-serving and benchmark the version, as the nightly run's tasks do."""
+    trained = _step(env, "train", "--start", window.start.isoformat(), "--end", window.end.isoformat())
+    # a first version, or a retrain of the same quality (an earlier test may have trained it: its recorded version)
+    assert trained["status"] in ("registered as challenger", "already trained for this data interval"), trained
+    version = str(trained["model_version"])
+    _step(env, "export", "--model-version", version)
+    _step(env, "validate-serving", "--model-version", version)
+    # 6 rounds (refused at 6 of 6, rate 1/64): a candidate as fast as its champion is settled by one unharmed round
+    _step(env, "benchmark", "--model-version", version, "--rounds", "6")
+    return version
+
+
+def _crash(env: dict[str, str], model: str, serving: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model's other versions go away in Triton under load (what a crashed instance looks like to callers)."""
+    from mlrelease.serving.endpoint import publish_to_local_server
+    from mlrelease.serving.triton_client import TritonClient
+    from mlrelease.serving.triton_repo import model_repository, set_version_policy
+    from mlrelease.settings import Settings
+
+    monkeypatch.setenv("MLRELEASE_HOME", env["MLRELEASE_HOME"])
+    settings = Settings.from_env()
+    root = model_repository(settings)
+    assert set_version_policy(root, model, serving)
+    publish_to_local_server(settings, root)
+    client = TritonClient(f"http://127.0.0.1:{env['MLRELEASE_TRITON_HTTP_PORT']}")
+    try:
+        client.load(model)
+    finally:
+        client.close()
+
+
+def test_two_models_roll_out_at_once_and_one_rolling_back_leaves_the_other_promoted(world, bootstrapped, monkeypatch):
+    """Both models' retrained candidates through every gate and into their rollouts in the same minutes, behind one
+    gateway each and one Triton: the parcel candidate's instance crashes at its first stage and is rolled back, the
+    classifier's goes on through its three stages and is promoted; each record, routing and alias set stays its own.
+    """
     import yaml
 
     from mlrelease.gateway import traffic
@@ -233,55 +276,79 @@ def test_the_classifier_is_rolled_out_under_live_traffic_and_promoted(world, boo
     from mlrelease_drills import devkit
 
     env, home = world
-    trained = _step(env, "train", "--start", NEXT.start.isoformat(), "--end", NEXT.end.isoformat())
-    version = str(trained["model_version"])
-    # a retrain of the same quality (test_a_retrain… may have trained it already: then this is its recorded version)
-    assert version == "2" and trained.get("decision", "accepted") == "accepted", trained
-    for step in ("export", "validate-serving", "benchmark"):
-        _step(env, step, "--model-version", version)
-    _run(
-        env, "step", "materialize", "--start", NEXT.start.isoformat(), "--end", NEXT.end.isoformat()
-    )  # Feast prints too
-    plan = home / "late-plan.yaml"
-    plan.write_text(yaml.safe_dump(LATE_PLAN), encoding="utf-8")
-
-    config = devkit.write_gateway_config(home / "gateway-late.yaml", replay_as_of=NEXT.end.isoformat())
-    _run(env, "routing", "init", "--config", str(config))  # stable = the champion, v1
+    parcel = {**env, "MLRELEASE_MODEL": "parcel_eta"}
+    assert _through_the_gates(parcel, WINDOW) == "1"  # the parcel model's first release: its champion
+    versions = {MODEL: _through_the_gates(env, NEXT), "parcel_eta": _through_the_gates(parcel, NEXT)}
+    assert versions == {MODEL: "2", "parcel_eta": "2"}
+    interval = ("--start", NEXT.start.isoformat(), "--end", NEXT.end.isoformat())
+    _run(env, "step", "materialize", *interval)  # the gateways read the night's features online (Feast prints too)
+    plans = {MODEL: home / "late-plan.yaml", "parcel_eta": home / "parcel-plan.yaml"}
+    plans[MODEL].write_text(yaml.safe_dump(LATE_PLAN), encoding="utf-8")
+    plans["parcel_eta"].write_text(yaml.safe_dump(GOOD_PLAN), encoding="utf-8")
+    config = devkit.write_gateway_config(home / "gateway-night.yaml", replay_as_of=NEXT.end.isoformat())
+    envs = {MODEL: env, "parcel_eta": parcel}
+    for model_env in envs.values():  # each model's stable = its champion, v1
+        _run(model_env, "routing", "init", "--config", str(config))
     key = json.loads(_run(env, "gateway-key", "add", "second-model").stdout)["api_key"]
-    pool = traffic.order_pool(home / "data" / "offline", NEXT.end, spec_named(MODEL).cohorts)
-    bodies = traffic.build_requests(pool, 3_000, None, supply_features=False, seed=3)
-    release = ("--model-version", version, "--end", NEXT.end.isoformat())
+    offline = home / "data" / "offline"
+    bodies = {
+        model: traffic.build_requests(
+            traffic.order_pool(offline, NEXT.end, spec_named(model).cohorts), 3_000, None, supply_features=False, seed=3
+        )
+        for model in envs
+    }
+    release = {model: ("--model-version", versions[model], "--end", NEXT.end.isoformat()) for model in envs}
     with (
-        devkit.gateway_process(config, free_port(), env=env) as url,
-        devkit.background_traffic(url, bodies, key, TRAFFIC_RATE) as report,
+        devkit.gateway_process(config, free_port(), env=env) as late_url,
+        devkit.gateway_process(config, free_port(), env=parcel) as parcel_url,
+        devkit.background_traffic(late_url, bodies[MODEL], key, TRAFFIC_RATE) as late_report,
+        devkit.background_traffic(parcel_url, bodies["parcel_eta"], key, TRAFFIC_RATE) as parcel_report,
     ):
-        answer = requests_post(url, key, bodies[0])
-        shadow = _step(env, "shadow", *release, "--plan", str(plan))
-        decided = []
-        for stage in (1, 2, 3):
-            _step(env, "rollout-stage", *release, "--stage", str(stage), "--profile", "demo", "--plan", str(plan))
-            decided.append(_analyze_until_decided(env, version, stage))
-        promoted = _step(env, "promote", *release)
+        answer = requests_post(late_url, key, bodies[MODEL][0])
+        shadows = {model: _step(envs[model], "shadow", *release[model], "--plan", str(plans[model])) for model in envs}
+        for model in envs:  # both rollouts open in the same minutes
+            stage_args = ("--stage", "1", "--profile", "demo", "--plan", str(plans[model]))
+            _step(envs[model], "rollout-stage", *release[model], *stage_args)
+        _crash(env, "parcel_eta", [1], monkeypatch)  # the parcel candidate's instance goes away mid-stage
+        parcel_verdict = _analyze_until_decided(parcel, versions["parcel_eta"], 1)
+        rolled_back = _step(parcel, "rollback", "--end", NEXT.end.isoformat(), "--reason", "nightly run failed")
+        decided = [_analyze_until_decided(env, versions[MODEL], 1)]
+        for stage in (2, 3):
+            stage_args = ("--stage", str(stage), "--profile", "demo", "--plan", str(plans[MODEL]))
+            _step(env, "rollout-stage", *release[MODEL], *stage_args)
+            decided.append(_analyze_until_decided(env, versions[MODEL], stage))
+        promoted = _step(env, "promote", *release[MODEL])
 
-    # The gateway answers in the classifier's own outputs, inside their declared ranges.
+    # The classifier's gateway answers in its own outputs, inside their declared ranges.
     assert set(answer) >= {"is_late", "late_probability"} and "eta_prediction" not in answer, answer
     assert answer["is_late"] in (0.0, 1.0) and 0.0 <= answer["late_probability"] <= 1.0, answer
     assert answer["cohort"] in ("remote_routes", "bulky", "core") and answer["source"] == "model", answer
-    # The shadow judged it as a classifier: its decisions flipped on few orders, its served quality by its gates.
-    assert shadow["status"] == "passed" and shadow["served_quality"]["task"] == "binary_classification", shadow
-    assert [d["action"] for d in decided] == ["advance", "advance", "promote"], decided
+    # Each shadow judged its model by its task's contracts.
+    assert {model: shadow["status"] for model, shadow in shadows.items()} == {MODEL: "passed", "parcel_eta": "passed"}
+    assert shadows[MODEL]["served_quality"]["task"] == "binary_classification", shadows[MODEL]
+    # The parcel candidate was rolled back by its fast guard; the classifier went on and was promoted.
+    assert parcel_verdict is None and rolled_back["status"] == "rolled back", rolled_back
+    assert [d["action"] for d in decided if d] == ["advance", "advance", "promote"], decided
     assert promoted["status"] == "promoted" and promoted["previous_version"] == 1, promoted
-    status = json.loads(_run(env, "rollout", "status").stdout)
-    assert status["consistent"], status["disagreements"]
-    assert status["rollout"]["model"] == MODEL and status["rollout"]["phase"] == "promoted"
-    assert (status["routing"]["stable_version"], status["routing"]["candidate_version"]) == (2, None)
-    assert status["aliases"]["champion"] == 2
-    assert report.errors == 0, report.summary()
-    assert {served.split("/")[0] for served in report.served} == {"remote_routes", "bulky", "core"}, report.served
-    assert any("/v2/model" in served for served in report.served), report.served
-    # Its state is its own: the parcel model's routing, decisions and run artifacts were never written.
-    assert (home / "gateway" / MODEL / "routing.json").is_file() and (home / "gateway" / MODEL / "decisions").is_dir()
-    assert not (home / "gateway" / "parcel_eta").exists() and not (home / "artifacts" / "parcel_eta").exists()
+    status = {model: json.loads(_run(model_env, "rollout", "status").stdout) for model, model_env in envs.items()}
+    assert all(s["consistent"] for s in status.values()), {m: s["disagreements"] for m, s in status.items()}
+    assert {m: (s["rollout"]["model"], s["rollout"]["phase"]) for m, s in status.items()} == {
+        MODEL: (MODEL, "promoted"),
+        "parcel_eta": ("parcel_eta", "rolled_back"),
+    }
+    assert {m: (s["routing"]["stable_version"], s["routing"]["candidate_version"]) for m, s in status.items()} == {
+        MODEL: (2, None),
+        "parcel_eta": (1, None),
+    }
+    assert {m: s["aliases"]["champion"] for m, s in status.items()} == {MODEL: 2, "parcel_eta": 1}
+    assert "fast_guard" in status["parcel_eta"]["rollout"]["reason"], status["parcel_eta"]["rollout"]
+    # No client saw an error on either gateway: the parcel candidate's failures were answered by its stable.
+    assert late_report.errors == 0 and parcel_report.errors == 0, (late_report.summary(), parcel_report.summary())
+    assert {served.split("/")[0] for served in late_report.served} == {"remote_routes", "bulky", "core"}
+    assert any("/v2/model" in served for served in late_report.served), late_report.served
+    # Each model's state lives apart: its routing, decisions and run artifacts under its own name.
+    for model in envs:
+        assert (home / "gateway" / model / "routing.json").is_file() and (home / "artifacts" / model).is_dir()
 
 
 def requests_post(url: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
