@@ -42,7 +42,8 @@ Every night at 02:00 UTC, for the data interval that just closed (the previous 2
 9. **shadow** replays the interval's orders through candidate and champion on Triton and gates on the
    share of differing answers, a KS test, each cohort's ETA shift on the same orders and a sequential
    paired latency test.
-10. **rollout_stage_N → wait_N → analyze_N** for each stage of the rollout plan (`config/rollout_plan.yaml`):
+10. **rollout_stage_N → wait_N → analyze_N** for each stage of the rollout plan (the release spec's
+    `rollout_plan`, `config/rollout_plan.yaml` for parcel_eta):
     high-value cohort, then the long tail, then everyone, each judged cohort keeping a concurrent control
     slice on stable. `analyze_N` looks once per execution and defers between looks (no worker is held):
     every guardrail is a sequential test with a tolerance and a false-verdict rate; it rolls back as soon

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import math
 import os
 from collections.abc import Callable
@@ -159,7 +160,8 @@ class Perf(StrictModel):
         0.90, gt=0.0, le=1.0, description="smallest challenger/champion throughput ratio accepted"
     )
     peak_concurrency: int = Field(16, ge=1, le=1024, description="highest concurrency of the sweep 1, 4, 16, ...")
-    peak_batch: int = Field(16, ge=1, le=4096, description="rows per request at the peak (the gateway's batches)")
+    # at most the exported config's max_batch_size (serving/triton_repo.py): a bigger request is refused by Triton
+    peak_batch: int = Field(16, ge=1, le=256, description="rows per request at the peak (the gateway's batches)")
 
 
 GATES_BY_TASK: dict[Task, type[StrictModel]] = {
@@ -277,14 +279,20 @@ class ReleaseSpec(StrictModel):
     def fallback_answer(self) -> Callable[[dict[str, Any]], dict[str, float]]:
         """The gateway's answer when no version can, by output name: the rule's prediction and the constants.
 
-        The rule is imported now (an error names the spec and the field), so a gateway fails at start, not at the
-        first outage.
+        The rule is imported and its params bound now (an error names the spec and the field), so a gateway fails at
+        start, not at the first outage; the rule's prediction is clipped to the output's range, as a version's answer
+        outside it would not be served either.
         """
         values, prediction = dict(self.fallback.values), self.prediction.name
         if self.fallback.rule is None:
             return lambda features: values
         rule, params = _import_function(self.fallback.rule, f"{self.source}: fallback.rule"), self.fallback.params
-        return lambda features: {**values, prediction: float(rule(features, **params))}
+        try:
+            inspect.signature(rule).bind({}, **params)
+        except TypeError as exc:
+            raise StepError(f"{self.source}: fallback.params {params} do not fit {self.fallback.rule}: {exc}") from None
+        low, high = self.prediction.valid
+        return lambda features: {**values, prediction: min(max(float(rule(features, **params)), low), high)}
 
     def prediction_and_score(self) -> tuple[str, str]:
         """(prediction, score) output names, for the parts that serve both (the exporter, the gateway's client)."""

@@ -292,3 +292,19 @@ def test_a_fallback_rule_that_cannot_be_imported_is_named_when_the_gateway_build
     spec = load_spec(_write(tmp_path, {**PARCEL, "fallback": fallback}))
     with pytest.raises(StepError, match=r"release spec .*: fallback.rule 'team_rules:eta': module team_rules cannot"):
         spec.fallback_answer()
+
+
+def test_fallback_params_that_do_not_fit_the_rule_are_named_before_the_gateway_serves(tmp_path):
+    fallback = {**PARCEL["fallback"], "params": {**PARCEL["fallback"]["params"], "km_per_hr": 55}}
+    spec = load_spec(_write(tmp_path, {**PARCEL, "fallback": fallback}))
+    with pytest.raises(
+        StepError, match=r"fallback.params .* do not fit mlrelease.gateway.fallback:eta_rule: .*km_per_hr"
+    ):
+        spec.fallback_answer()
+
+
+def test_the_rules_prediction_stays_inside_the_outputs_range():
+    answer = load_specs()["parcel_eta"].fallback_answer()
+    far = {"distance_km": 50_000.0, "congestion_index": 1.0, "is_remote": True}  # ~1,660 h by the rule
+    assert answer(far)["eta_prediction"] == 500.0  # the spec's range: what a version may answer at most
+    assert answer({"distance_km": 110.0})["eta_prediction"] == pytest.approx(10.0)

@@ -319,7 +319,9 @@ def shadow(settings: Settings, version: int, data_end: datetime, *, plan_path: P
     held = held_by_open_rollout(settings, version, "shadow")
     if held is not None:
         return held
-    spec = load_plan(plan_path).shadow
+    plan = load_plan(plan_path)
+    plan.check_task(process_spec().task)  # a plan that judges this model by another task's metrics: refused here
+    spec = plan.shadow
     # The answers judged must come from the exported, checked files; a candidate whose file is not leaves the policy.
     try:
         verify_version(model_repository(settings), version, registry=registry)
