@@ -201,6 +201,16 @@ def excesses(
     return found
 
 
+def paired_excesses(
+    challenger: list[list[Level]], champion: list[list[Level]], *, max_p99_ratio: float, min_throughput_ratio: float
+) -> list[dict[str, float]]:
+    """Each paired round's excesses (`excesses`); an empty dict for a round with no level measured on both."""
+    return [
+        excesses(mine, base, max_p99_ratio=max_p99_ratio, min_throughput_ratio=min_throughput_ratio)
+        for mine, base in zip(challenger, champion, strict=True)
+    ]
+
+
 def round_statistic(excess: Iterable[float]) -> float:
     """The round's worst excess plus its best one: > 0 marks a harmed round (see `compare` for why both)."""
     values = list(excess)
@@ -274,10 +284,9 @@ def compare(
     """
     if len(challenger) != len(champion):
         raise StepError(f"challenger has {len(challenger)} rounds and champion {len(champion)}: rounds are pairs")
-    per_round = [
-        excesses(mine, base, max_p99_ratio=max_p99_ratio, min_throughput_ratio=min_throughput_ratio)
-        for mine, base in zip(challenger, champion, strict=True)
-    ]
+    per_round = paired_excesses(
+        challenger, champion, max_p99_ratio=max_p99_ratio, min_throughput_ratio=min_throughput_ratio
+    )
     if not per_round or not all(per_round):
         raise StepError("champion and challenger were measured at no common concurrency level")
     stats = tuple(round_statistic(excess.values()) for excess in per_round)

@@ -19,9 +19,9 @@ from mlrelease.serving.perf import (
     PerfSettings,
     Verdict,
     compare,
-    excesses,
     fail_threshold,
     median_levels,
+    paired_excesses,
     round_statistic,
     run_perf_analyzer,
     sign_test_decided,
@@ -85,10 +85,12 @@ def settled_by_sign_test(
     fail_at = fail_threshold(perf.rounds, perf.max_false_fail)
 
     def settled(rounds: dict[str, list[list[Level]]]) -> bool:
-        per_round = [
-            excesses(mine, base, max_p99_ratio=max_p99_ratio, min_throughput_ratio=min_throughput_ratio)
-            for mine, base in zip(rounds["challenger"], rounds["champion"], strict=True)
-        ]
+        per_round = paired_excesses(
+            rounds["challenger"],
+            rounds["champion"],
+            max_p99_ratio=max_p99_ratio,
+            min_throughput_ratio=min_throughput_ratio,
+        )
         if not all(per_round):
             return True  # no common level: compare names the problem now rather than after every round
         harmed = sum(round_statistic(excess.values()) > 0 for excess in per_round)
