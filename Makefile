@@ -51,13 +51,16 @@ ROWS_PER_DAY ?= 6000
 # `mlrelease data generate --inject`: nulls, drift, schema, stale, duplicates, late_events, empty_partition, stuck_column,
 # republished, orphans, naive_timestamps, units)
 INJECT ?=
-# Derive a bad candidate tonight to watch a gate stop it: make run CANDIDATE_FAULT=slow (errors|low_confidence_long_tail|overconfident|shifted_high_value|batch_cost)
+# The declared models (models/<name>/release.yaml) that `make run` releases, one after the other: make run MODELS=late_delivery
+MODELS ?= parcel_eta late_delivery
+# Derive a bad candidate tonight to watch a gate stop it, for every model of MODELS:
+# make run MODELS=late_delivery CANDIDATE_FAULT=slow (errors|low_confidence_long_tail|overconfident|shifted_high_value|batch_cost)
 CANDIDATE_FAULT ?=
 
 .PHONY: help setup system-run system-test run test test-fast lint bench render-pods clean
 
 help:
-	@echo "make run    - set up if needed, then run the nightly_release DAG end-to-end (embedded default)"
+	@echo "make run    - set up if needed, then run each model's nightly release DAG end-to-end (embedded default; MODELS=...)"
 	@echo "make test   - set up if needed, then run the whole test suite (unit, integration, e2e)"
 	@echo "make lint   - ruff and mypy"
 	@echo "make bench  - benchmarks with comparison tables"
@@ -105,7 +108,7 @@ run: setup
 		--rows-per-day $(ROWS_PER_DAY) > /dev/null
 	@echo "==> local Triton server (CPU, explicit model control)"
 	@mlrelease triton up | grep -E '"(status|url)"'
-	@RUN_END=$(RUN_END) PREV_END=$(PREV_END) GATEWAY_PORT=$(GATEWAY_PORT) GATEWAY_WORKERS=$(GATEWAY_WORKERS) TRAFFIC_RATE=$(TRAFFIC_RATE) \
+	@MODELS="$(MODELS)" RUN_END=$(RUN_END) PREV_END=$(PREV_END) GATEWAY_PORT=$(GATEWAY_PORT) GATEWAY_WORKERS=$(GATEWAY_WORKERS) TRAFFIC_RATE=$(TRAFFIC_RATE) \
 		INJECT=$(INJECT) CANDIDATE_FAULT=$(CANDIDATE_FAULT) INJECT_START=$$(date -u -d "$(DATE) -1 days" +%F) DATE=$(DATE) ROWS_PER_DAY=$(ROWS_PER_DAY) \
 		scripts/release_demo.sh
 

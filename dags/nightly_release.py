@@ -1,24 +1,39 @@
-"""Nightly retrain-and-release of the parcel ETA model: wiring only, every step runs `mlrelease step …`."""
+"""One nightly retrain-and-release DAG per declared model (`models/<name>/release.yaml`): wiring only, every step
+runs `mlrelease step …` for the DAG's model.
+
+Generated from the specs folder, as Airflow users generate DAGs from configuration: parsing reads the small spec
+and plan YAML files and nothing else. A spec that does not load is logged with its error and gets no DAG; the
+other models' DAGs are unaffected (one bad spec never blocks the others).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import datetime, timedelta
+from typing import Any
 
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 from airflow.sdk import DAG, CronDataIntervalTimetable, TriggerRule, chain
 
-from mlrelease.stepdefs import NIGHTLY_PARAMS
-from mlrelease_airflow.assets import CHAMPION_MODEL, FEATURE_ASSETS
+from mlrelease.errors import StepError
+from mlrelease.release_spec import ReleaseSpec, declared_specs, nightly_dag_id
+from mlrelease.rollout.plan import load_plan
+from mlrelease.stepdefs import nightly_params
+from mlrelease_airflow.assets import FEATURE_ASSETS, champion_model
 from mlrelease_airflow.catalog import dag_params, params_table
 from mlrelease_airflow.factory import step_operator
 from mlrelease_airflow.notifiers import release_alerts
 
-DOC = """
-### Nightly release
+log = logging.getLogger(__name__)
 
-Every night at 02:00 UTC, for the data interval that just closed (the previous 24 hours):
+DOC = """
+### Nightly release of `{model}`
+
+{description}
+
+On the spec's schedule (`{schedule}`, UTC), for the data interval that just closed:
 
 1. **apply_features** registers the Feast repository (`feature_repo/`), removing what it no longer defines.
 2. **validate_data** gates every source partition the run will load or train on, before anything reads it:
@@ -43,15 +58,15 @@ Every night at 02:00 UTC, for the data interval that just closed (the previous 2
    share of differing answers, a KS test, each cohort's ETA shift on the same orders and a sequential
    paired latency test.
 10. **rollout_stage_N → wait_N → analyze_N** for each stage of the rollout plan (the release spec's
-    `rollout_plan`, `config/rollout_plan.yaml` for parcel_eta):
+    `rollout_plan`: `{plan}`):
     high-value cohort, then the long tail, then everyone, each judged cohort keeping a concurrent control
     slice on stable. `analyze_N` looks once per execution and defers between looks (no worker is held):
     every guardrail is a sequential test with a tolerance and a false-verdict rate; it rolls back as soon
     as a fail is established, advances as soon as everything passed after the minimum exposure, rolls one
     cohort back (and diagnoses it), or pauses for a human (the rest of the run is skipped).
 11. **promote** moves the `champion` alias (all traffic first) and updates the Asset
-    `models:/parcel_eta@champion` (other DAGs may be scheduled on it, or on a feature view's asset: import them
-    from `mlrelease_airflow.assets`); **retire** unloads the previous champion once its keep window (instant
+    `models:/{model}@champion` (other DAGs may be scheduled on it, or on a feature view's asset: build them
+    with `mlrelease_airflow.assets`); **retire** unloads the previous champion once its keep window (instant
     rollback) has passed.
 12. **rollback** runs only when a rollout task up to the promotion failed: traffic back to stable, candidate
     unloaded, aliases restored.
@@ -66,66 +81,81 @@ as a local process running the same command. Alerts go to the channels configure
 
 #### Parameters (manual trigger form)
 """
-DOC += params_table(NIGHTLY_PARAMS)  # declared once, with the steps' arguments (mlrelease.stepdefs)
 
-# Stages wired below; the plan YAML must have exactly this many (the rollout step checks).
-ROLLOUT_STAGES = 3
 
-with DAG(
-    dag_id="nightly_release",
-    description="Feast materialization, freshness and data-quality gates, then train and release the ETA model",
-    schedule=CronDataIntervalTimetable("0 2 * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    doc_md=DOC,
-    tags=["mlrelease", "release"],
-    default_args={
-        "owner": "ml-platform",
-        "retries": int(os.environ.get("MLRELEASE_TASK_RETRIES", "2")),
-        "retry_delay": timedelta(minutes=5),
-        "on_failure_callback": release_alerts("task_failed"),
-    },
-    # Defaults, types, bounds and descriptions come from the steps' declarations (mlrelease.stepdefs).
-    params=dag_params(NIGHTLY_PARAMS),
-) as dag:
+def nightly_release(spec: ReleaseSpec) -> DAG:
+    """Model `spec`'s nightly release DAG: its form, schedule, plan's stages, alerts and report."""
+    model = spec.name
+    params = nightly_params(spec)  # declared once, with the steps' arguments; defaults from the spec
+    # One task triple per stage of the spec's plan; a run given another plan with another number of stages is
+    # refused by the rollout step (it checks --wired-stages).
+    stages = len(load_plan(spec.rollout_plan_path).stages)
+    doc = DOC.format(model=model, description=spec.description, plan=spec.rollout_plan, schedule=spec.schedule)
+    with DAG(
+        dag_id=nightly_dag_id(model),
+        description=f"Feast materialization, freshness and data-quality gates, then train and release {model}",
+        schedule=CronDataIntervalTimetable(spec.schedule, timezone="UTC"),
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,
+        doc_md=doc + params_table(params),
+        tags=["mlrelease", "release", f"model:{model}"],
+        default_args={
+            "owner": "ml-platform",
+            "retries": int(os.environ.get("MLRELEASE_TASK_RETRIES", "2")),
+            "retry_delay": timedelta(minutes=5),
+            "on_failure_callback": release_alerts("task_failed"),
+        },
+        # Defaults, types, bounds and descriptions come from the steps' declarations (mlrelease.stepdefs).
+        params=dag_params(params),
+    ) as dag:
+        _wire(model, stages)
+    return dag
+
+
+def _wire(model: str, stages: int) -> None:
+    """The tasks of one model's nightly DAG (inside its `with DAG` block), each running a step for `model`."""
+
+    def step(name: str, **kwargs: Any) -> Any:
+        return step_operator(name, model=model, **kwargs)
+
     paused_alert = release_alerts("task_skipped")
     chain(
-        step_operator("apply-features"),
-        step_operator("validate-data"),
-        step_operator("materialize", outlets=list(FEATURE_ASSETS)),
-        step_operator("check-freshness"),
-        step_operator("train"),
-        step_operator("export"),
-        step_operator("validate-serving"),
-        step_operator("benchmark"),
+        step("apply-features"),
+        step("validate-data"),
+        step("materialize", outlets=list(FEATURE_ASSETS)),
+        step("check-freshness"),
+        step("train"),
+        step("export"),
+        step("validate-serving"),
+        benchmark := step("benchmark"),
     )
-    rollout = [step_operator("shadow")]
-    for n in range(1, ROLLOUT_STAGES + 1):
-        stage = step_operator(
+    rollout = [step("shadow")]
+    for n in range(1, stages + 1):
+        stage = step(
             "rollout-stage",
             task_id=f"rollout_stage_{n}",
-            extra_args=("--stage", str(n), "--wired-stages", str(ROLLOUT_STAGES)),
+            extra_args=("--stage", str(n), "--wired-stages", str(stages)),
         )
         wait = DateTimeSensorAsync(
             task_id=f"wait_{n}",
             target_time=f"{{{{ ti.xcom_pull(task_ids='rollout_stage_{n}')['analyze_at'] }}}}",
         )
-        analyze = step_operator(
+        analyze = step(
             "analyze", task_id=f"analyze_{n}", extra_args=("--stage", str(n)), on_skipped_callback=paused_alert
         )
         rollout += [stage, wait, analyze]
     wait_retire = DateTimeSensorAsync(
         task_id="wait_retire", target_time="{{ ti.xcom_pull(task_ids='promote')['previous_unload_after'] }}"
     )
-    promote = step_operator("promote", outlets=[CHAMPION_MODEL], on_success_callback=release_alerts("promoted"))
-    rollout += [promote, wait_retire, step_operator("retire")]
-    chain(dag.get_task("benchmark"), *rollout)
+    promote = step("promote", outlets=[champion_model(model)], on_success_callback=release_alerts("promoted"))
+    rollout += [promote, wait_retire, step("retire")]
+    chain(benchmark, *rollout)
     # Any failed rollout task up to the promotion: traffic back to stable and the candidate cleaned up (a
     # no-op when nothing moved). Not after it: once promoted, a failed retire only alerts (the keep window
     # of the old champion is an unload, not a release decision), and rollback is decided at promotion
     # rather than a keep window (24 h in production) later.
-    rollback = step_operator(
+    rollback = step(
         "rollback",
         trigger_rule=TriggerRule.ONE_FAILED,
         retries=3,
@@ -141,4 +171,21 @@ with DAG(
     # failed or stopped run gets one too), so the promotion and rollback alerts link a page that exists. As a
     # teardown it is left out of the run's state: release_complete stays the verdict, a report problem never
     # turns it.
-    [promote, rollback] >> step_operator("report").as_teardown()
+    [promote, rollback] >> step("report").as_teardown()
+
+
+def _declare_nightly_dags() -> None:
+    """Put one nightly DAG per loadable spec in this module's globals (where the DagBag finds DAGs)."""
+    for folder, spec in declared_specs().items():
+        if isinstance(spec, StepError):
+            log.error("no nightly DAG for model folder %s: %s", folder, spec)
+            continue
+        try:
+            dag = nightly_release(spec)
+        except StepError as exc:  # e.g. its rollout plan does not load
+            log.error("no nightly DAG for model %s: %s", spec.name, exc)
+            continue
+        globals()[dag.dag_id] = dag
+
+
+_declare_nightly_dags()

@@ -6,7 +6,8 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from mlrelease.stepdefs import RELEASE_CONTROL_PARAMS
+from mlrelease.release_spec import declared_specs
+from mlrelease.stepdefs import RELEASE_CONTROL_DAG_ID, release_control_params
 from mlrelease_airflow.catalog import dag_params
 from mlrelease_airflow.factory import step_operator
 from mlrelease_airflow.notifiers import release_alerts
@@ -14,7 +15,8 @@ from mlrelease_airflow.notifiers import release_alerts
 DOC = """
 ### Rollback / release control
 
-Trigger this DAG from the UI with the form below; one task runs `mlrelease step manual-release`.
+Trigger this DAG from the UI with the form below; one task runs `mlrelease step manual-release` for the
+model picked in the form (any declared model: `models/<name>/release.yaml`).
 
 - `rollback_to_version`: `target_version` is loaded, serves **all** traffic and becomes `champion`
   (a running rollout is rolled back first).
@@ -26,8 +28,12 @@ Traffic always moves first; the MLflow alias is the commit point. Every action i
 versions (tags) and in the rollout history (`mlrelease rollout status`).
 """
 
+# The models the form offers: every declared spec folder (one that does not load is still offered: its step then
+# fails naming the spec's error, rather than the model missing from the form).
+MODELS = tuple(declared_specs())
+
 with DAG(
-    dag_id="rollback_release",
+    dag_id=RELEASE_CONTROL_DAG_ID,
     description="Manual rollback to a version, abort of the running rollout, or promotion of a paused one",
     schedule=None,
     start_date=datetime(2026, 1, 1),
@@ -36,6 +42,6 @@ with DAG(
     doc_md=DOC,
     tags=["mlrelease", "release", "manual"],
     default_args={"owner": "ml-platform", "retries": 0, "on_failure_callback": release_alerts("task_failed")},
-    params=dag_params(RELEASE_CONTROL_PARAMS),  # the form: declared with manual-release's arguments
+    params=dag_params(release_control_params(MODELS)),  # the form: declared with manual-release's arguments
 ) as dag:
-    step_operator("manual-release")
+    step_operator("manual-release", model="{{ params.model }}")  # the step process releases the form's model

@@ -23,19 +23,21 @@ def selected_runner() -> str:
 def step_operator(
     step: str,
     *,
+    model: str,
     task_id: str | None = None,
     runner: str | None = None,
     extra_args: tuple[str, ...] = (),
     **kwargs: Any,
 ) -> Any:
-    """An operator that runs catalogue step `step` with the selected runner.
+    """An operator that runs catalogue step `step` for model `model` with the selected runner.
 
+    :param model: the declared model the step releases (its process's MLRELEASE_MODEL; may be a template).
     :param extra_args: appended to the step's catalogue args (e.g. `--stage 2` for one rollout stage).
     :param kwargs: passed to the operator (trigger_rule, callbacks…).
     """
     if step not in STEPS:
         raise KeyError(f"unknown step {step!r}; known steps: {', '.join(sorted(STEPS))}")
-    pod: StepPod = STEPS[step]
+    pod: StepPod = replace(STEPS[step], model=model)
     if extra_args:
         pod = replace(pod, args=(*pod.args, *extra_args))
     task_id = task_id or step.replace("-", "_")

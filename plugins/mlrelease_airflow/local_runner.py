@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from mlrelease.exit_codes import EXIT_NOT_STARTED, EXIT_OK, EXIT_SKIPPED, STATUS_FAILED, retryable
 from mlrelease.outcome import RECORDED_BY_RUNNER, StepRun
+from mlrelease.release_spec import MODEL_ENV
 from mlrelease.settings import Settings
 from mlrelease_airflow.pod_spec import StepPod
 from mlrelease_airflow.ticks import defer_until_next_check
@@ -104,7 +105,7 @@ class LocalStepOperator(BaseOperator):
             step_run = StepRun.from_env(self.env_vars)  # the identity the step was given
             if step_run is None:
                 return
-            settings = Settings.from_env()
+            settings = Settings.from_env().for_model(self.env_vars[MODEL_ENV])  # the step's model, not the worker's
             if not over_the_steps and step_run.recorded(settings) is not None:
                 return
             outcome = {"status": STATUS_FAILED, "error": error}

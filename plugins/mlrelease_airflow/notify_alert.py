@@ -123,6 +123,7 @@ def alert_from_context(context: dict[str, Any], event: str) -> Alert:
     exception = context.get("exception")
     end = context.get("data_interval_end")
     key = _run_key(end)
+    model = alerting_model(context)
     return Alert(
         event=event,
         dag_id=getattr(ti, "dag_id", None),
@@ -133,8 +134,8 @@ def alert_from_context(context: dict[str, Any], event: str) -> Alert:
         run_key=key,
         error=str(exception) if exception is not None else None,
         log_url=_best_effort("log URL", lambda: getattr(ti, "log_url", None)),
-        report_url=_best_effort("report link", lambda: _report_url(key)),
-        rollout=_best_effort("rollout numbers", lambda: rollout_numbers(ti, key)) or {},
+        report_url=_best_effort("report link", lambda: _report_url(key, model)),
+        rollout=_best_effort("rollout numbers", lambda: rollout_numbers(ti, key, model)) or {},
     )
 
 
@@ -158,20 +159,32 @@ def _run_key(end: Any) -> str | None:
     return run_key(end)
 
 
-def _report_url(key: str | None) -> str | None:
-    """The release report link for run `key` (None for a run without a data interval)."""
-    if key is None:
+def alerting_model(context: dict[str, Any]) -> str | None:
+    """The model the alerting run releases: its form's `model` (rollback_release), else its nightly DAG's."""
+    from mlrelease.release_spec import model_of_nightly_dag
+
+    chosen = (context.get("params") or {}).get("model")
+    if chosen:
+        return str(chosen)
+    ti = context.get("ti") or context.get("task_instance")
+    dag_id = getattr(ti, "dag_id", None)
+    return model_of_nightly_dag(dag_id) if dag_id else None
+
+
+def _report_url(key: str | None, model: str | None) -> str | None:
+    """The release report link for model `model`'s run `key` (None without a data interval or a model)."""
+    if key is None or model is None:
         return None
     from mlrelease.report.links import report_url
     from mlrelease.settings import Settings
 
-    return report_url(Settings.from_env(), key)
+    return report_url(Settings.from_env().for_model(model), key)
 
 
-def rollout_numbers(ti: Any, key: str | None) -> dict[str, Any]:
+def rollout_numbers(ti: Any, key: str | None, model: str | None) -> dict[str, Any]:
     """Candidate, stable, stage and reason: the task's own XCom result first, then this run's rollout record."""
     numbers: dict[str, Any] = {}
-    record = _best_effort("rollout record", lambda: _rollout_record(key))
+    record = _best_effort("rollout record", lambda: _rollout_record(key, model))
     if record is not None:
         stages = record.plan.stages
         numbers.update(
@@ -207,15 +220,14 @@ def _task_result(ti: Any) -> Any:
     return pull(task_ids=ti.task_id)
 
 
-def _rollout_record(key: str | None) -> Any:
-    """The stored rollout record (a RolloutRecord), when it belongs to run `key`."""
-    if key is None:
+def _rollout_record(key: str | None, model: str | None) -> Any:
+    """Model `model`'s stored rollout record (a RolloutRecord), when it belongs to run `key`."""
+    if key is None or model is None:
         return None
-    from mlrelease.registry import MODEL_NAME
     from mlrelease.rollout.store import RolloutStore
     from mlrelease.settings import Settings
 
-    record = RolloutStore.from_settings(Settings.from_env(), MODEL_NAME).read()
+    record = RolloutStore.from_settings(Settings.from_env(), model).read()
     if record is None or record.run_key != key:
         return None  # another run's rollout: its numbers would mislead
     return record

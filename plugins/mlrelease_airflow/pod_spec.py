@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 
 from mlrelease.outcome import INTERVAL_END_ENV, RUN_ID_ENV, TASK_ID_ENV, TRY_NUMBER_ENV
-from mlrelease.release_spec import MODEL_ENV, process_spec
+from mlrelease.release_spec import MODEL_ENV
 from mlrelease.stepdefs import Resources, StepDef
 
 __all__ = ["OUTCOME_ENV", "ClusterSettings", "Resources", "StepPod"]
@@ -45,6 +45,9 @@ class StepPod:
     resources: Resources = field(default_factory=Resources)
     image_env: str | None = None  # variable naming a step-specific image (else the cluster's step image)
     routes_traffic: bool = False  # reads or moves the rollout's routing (the HTTPRoute router needs the API)
+    # The model the step releases (MLRELEASE_MODEL of its process): its DAG's, or a template such as the
+    # rollback form's `{{ params.model }}`. Empty only in the catalogue, before a DAG picks the model.
+    model: str = ""
 
     @classmethod
     def of(cls, step: StepDef) -> StepPod:
@@ -61,10 +64,12 @@ class StepPod:
     def env_vars(self) -> dict[str, str]:
         """The container's templated environment on either runner: the outcome identity, the model, the step's own.
 
-        The model is the one this Airflow deployment releases (its MLRELEASE_MODEL, else the only declared spec),
-        resolved when the DAG is parsed, so every step process releases the DAG's model whatever its own env says.
+        The model is the DAG's (one nightly DAG per declared model), so every step process releases the DAG's model
+        whatever the worker's own environment says; a pod without one is an error, never a guess.
         """
-        return {**dict(OUTCOME_ENV), MODEL_ENV: process_spec().name, **dict(self.env)}
+        if not self.model:
+            raise ValueError(f"step {self.step}: no model given (a DAG's step_operator names the model it releases)")
+        return {**dict(OUTCOME_ENV), MODEL_ENV: self.model, **dict(self.env)}
 
     @property
     def cmds(self) -> list[str]:

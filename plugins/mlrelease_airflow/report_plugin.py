@@ -3,11 +3,13 @@
 Airflow loads every module in `plugins_folder` and registers the `AirflowPlugin` subclasses it finds,
 so this file needs no other registration. It adds:
 
-- a FastAPI app mounted at `/mlrelease` (`fastapi_apps`): `GET /mlrelease/reports/{key}/{file}` serves a
-  file of run `key`'s report folder (`mlrelease.report.links.report_dir`). Plugin apps are not behind
-  Airflow's auth by themselves, so every request must carry the same credential as the REST API (the
-  UI's session cookie or a bearer token) and be allowed to read the release DAG's runs.
-- a global extra link "Release report" (`global_operator_extra_links`). Airflow 3 evaluates global links
+- a FastAPI app mounted at `/mlrelease` (`fastapi_apps`): `GET /mlrelease/reports/{dag_id}/{key}/{file}`
+  serves a file of the report folder of run `key` of a model's nightly DAG `dag_id`
+  (`mlrelease.report.links.report_dir`). Plugin apps are not behind Airflow's auth by themselves, so every
+  request must carry the same credential as the REST API (the UI's session cookie or a bearer token) and be
+  allowed to read that DAG's runs (Airflow's own check, on the path's `dag_id`).
+- a global extra link "Release report" (`global_operator_extra_links`) on every task of a nightly release
+  DAG (one per declared model). Airflow 3 evaluates global links
   in the API server when the UI asks for a task's links (operator-level links, in contrast, are
   computed on the worker and stored as XCom), so the link can look up the run's data interval there.
 """
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.plugins_manager import AirflowPlugin
 from airflow.sdk import BaseOperatorLink
 
+from mlrelease.release_spec import NAME_PATTERN, model_of_nightly_dag
 from mlrelease.report.links import REPORT_PAGE, report_dir
 from mlrelease.timewindow import parse_run_key, run_key
 
@@ -30,20 +33,25 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
 URL_PREFIX = "/mlrelease"
-REPORT_DAG_ID = "nightly_release"  # the DAG whose runs have reports (a report per data interval)
 MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".png": "image/png"}
 # A plain file name: no separators, no leading dot (so never "..", never a hidden staging folder).
 FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
-def report_path(key: str) -> str:
-    """The report page's path under the API server, e.g. `/mlrelease/reports/20261130T020000Z/index.html`."""
-    return f"{URL_PREFIX}/reports/{key}/{REPORT_PAGE}"
+def report_path(dag_id: str, key: str) -> str:
+    """A report page's path under the API server, e.g. `/mlrelease/reports/nightly_release_m/20261130T020000Z/…`."""
+    return f"{URL_PREFIX}/reports/{dag_id}/{key}/{REPORT_PAGE}"
 
 
-def report_link(base_url: str | None, data_interval_end: datetime) -> str:
-    """The report URL of the run with this data interval end (relative to the UI when no base URL is set)."""
-    return f"{(base_url or '').rstrip('/')}{report_path(run_key(data_interval_end))}"
+def report_link(base_url: str | None, dag_id: str, data_interval_end: datetime) -> str:
+    """The report URL of DAG `dag_id`'s run with this data interval end (relative to the UI without a base URL)."""
+    return f"{(base_url or '').rstrip('/')}{report_path(dag_id, run_key(data_interval_end))}"
+
+
+def reported_model(dag_id: str) -> str | None:
+    """The model whose reports DAG `dag_id`'s runs have: a nightly release DAG's, with a valid model name."""
+    model = model_of_nightly_dag(dag_id)
+    return model if model is not None and re.fullmatch(NAME_PATTERN, model) else None
 
 
 def canonical_key(key: str) -> str | None:
@@ -55,11 +63,11 @@ def canonical_key(key: str) -> str | None:
 
 
 def authorize_report_read() -> Any:
-    """The dependency that admits a caller allowed to read the release DAG's runs (Airflow's own check)."""
+    """The dependency that admits a caller allowed to read the runs of the path's `dag_id` (Airflow's own check)."""
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import requires_access_dag
 
-    return requires_access_dag("GET", DagAccessEntity.RUN, param_dag_id=REPORT_DAG_ID)
+    return requires_access_dag("GET", DagAccessEntity.RUN)  # reads dag_id from the request's path
 
 
 def create_app(*, authorize: Any | None = None) -> FastAPI:
@@ -71,22 +79,29 @@ def create_app(*, authorize: Any | None = None) -> FastAPI:
 
     app = FastAPI(title="mlrelease release reports", dependencies=[Depends(authorize or authorize_report_read())])
 
-    @app.get("/reports/{key}")
-    def report_index(key: str) -> RedirectResponse:
-        """The report page of run `key`."""
+    def checked(dag_id: str, key: str) -> str:
+        """The model of a valid report address (dag_id, key), else a 404 naming what is wrong."""
+        model = reported_model(dag_id)
+        if model is None:
+            raise HTTPException(404, f"{dag_id!r} is not a nightly release DAG (nightly_release_<model>)")
         if canonical_key(key) is None:
             raise HTTPException(404, f"{key!r} is not a run key like 20261130T020000Z")
+        return model
+
+    @app.get("/reports/{dag_id}/{key}")
+    def report_index(dag_id: str, key: str) -> RedirectResponse:
+        """The report page of DAG `dag_id`'s run `key`."""
+        checked(dag_id, key)
         return RedirectResponse(f"{key}/{REPORT_PAGE}")
 
-    @app.get("/reports/{key}/{file}")
-    def report_file(key: str, file: str) -> FileResponse:
-        """One file of run `key`'s report folder (the page or one of its PNGs)."""
-        if canonical_key(key) is None:
-            raise HTTPException(404, f"{key!r} is not a run key like 20261130T020000Z")
+    @app.get("/reports/{dag_id}/{key}/{file}")
+    def report_file(dag_id: str, key: str, file: str) -> FileResponse:
+        """One file of DAG `dag_id`'s run `key`'s report folder (the page or one of its PNGs)."""
+        model = checked(dag_id, key)
         suffix = file[file.rfind(".") :] if "." in file else ""
         if not FILE_NAME.fullmatch(file) or suffix not in MEDIA_TYPES:
             raise HTTPException(404, f"{file!r} is not a report file (a plain .html or .png name)")
-        path = report_dir(Settings.from_env(), key) / file
+        path = report_dir(Settings.from_env().for_model(model), key) / file
         if not path.is_file():
             what = "has no report yet (its report task has not run)" if file == REPORT_PAGE else f"has no {file}"
             raise HTTPException(404, f"run {key} {what}")
@@ -107,20 +122,20 @@ def data_interval_end(dag_id: str, run_id: str) -> datetime | None:
 
 
 class ReleaseReportLink(BaseOperatorLink):
-    """The "Release report" link on every task of the release DAG: the report of the task's data interval."""
+    """The "Release report" link on every task of a nightly release DAG: the report of the task's data interval."""
 
     name = "Release report"
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
         """The report URL under `[api] base_url`; empty (no link) for other DAGs or an unknown run."""
-        if ti_key.dag_id != REPORT_DAG_ID:
+        if reported_model(ti_key.dag_id) is None:
             return ""
         end = data_interval_end(ti_key.dag_id, ti_key.run_id)
         if end is None:
             return ""
         from airflow.configuration import conf
 
-        return report_link(conf.get("api", "base_url", fallback=None), end)
+        return report_link(conf.get("api", "base_url", fallback=None), ti_key.dag_id, end)
 
 
 class MlreleaseReportPlugin(AirflowPlugin):

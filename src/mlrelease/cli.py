@@ -122,25 +122,32 @@ def _step_validate_serving(args: argparse.Namespace, settings: Settings) -> dict
 
 
 def _step_benchmark(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.release_spec import process_spec
     from mlrelease.serving.perf import PerfSettings
     from mlrelease.steps.benchmark import benchmark
 
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
+    declared = process_spec().perf  # the model's own limits and peak load, where a flag does not override them
     perf = PerfSettings(  # refuses a sweep or a test that cannot work (e.g. too few rounds for --max-false-fail)
         measurement_interval_ms=args.measurement_interval,
         rounds=args.rounds,
-        peak_concurrency=args.peak_concurrency,
-        peak_batch=args.peak_batch,
+        peak_concurrency=_given(args.peak_concurrency, declared.peak_concurrency),
+        peak_batch=_given(args.peak_batch, declared.peak_batch),
         max_false_fail=args.max_false_fail,
     )
     return benchmark(
         settings,
         _model_version(args.model_version),
-        max_p99_ratio=args.max_p99_ratio,
-        min_throughput_ratio=args.min_throughput_ratio,
+        max_p99_ratio=_given(args.max_p99_ratio, declared.max_p99_ratio),
+        min_throughput_ratio=_given(args.min_throughput_ratio, declared.min_throughput_ratio),
         perf=perf,
     )
+
+
+def _given(flag: Any, declared: Any) -> Any:
+    """A flag's value when it was given, else the release spec's."""
+    return declared if flag is None else flag
 
 
 def _plan_path(args: argparse.Namespace) -> Any:

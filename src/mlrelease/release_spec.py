@@ -185,6 +185,12 @@ class ReleaseSpec(StrictModel):
     )
     fallback: Fallback = Field(description="what the gateway answers when no version of the model can")
     perf: Perf = Perf()
+    # Five cron fields, UTC; the nightly DAG's CronDataIntervalTimetable checks the expression when it is parsed.
+    schedule: str = Field(
+        "0 2 * * *",
+        pattern=r"^\S+( \S+){4}$",
+        description="when the model's nightly release runs (cron, UTC): each run releases the interval that closed",
+    )
     rollout_plan: str = Field(
         "config/rollout_plan.yaml",
         min_length=1,
@@ -337,6 +343,20 @@ def load_specs(folder: Path = SPECS_DIR) -> dict[str, ReleaseSpec]:
     return {spec.name: spec for spec in map(load_spec, paths)}
 
 
+def declared_specs(folder: Path = SPECS_DIR) -> dict[str, ReleaseSpec | StepError]:
+    """Every spec in `folder` by folder name, each loaded on its own: one that does not load is its error instead.
+
+    For callers that must go on with the good ones (the DAG file: one model's broken spec never hides another's DAG).
+    """
+    found: dict[str, ReleaseSpec | StepError] = {}
+    for path in sorted(folder.glob(f"*/{SPEC_FILE}")):
+        try:
+            found[path.parent.name] = load_spec(path)
+        except StepError as exc:
+            found[path.parent.name] = exc
+    return found
+
+
 @functools.cache
 def spec_named(name: str, folder: Path = SPECS_DIR) -> ReleaseSpec:
     """The declared model called `name`; an unknown name is an error listing the declared ones."""
@@ -370,6 +390,21 @@ def _process_spec(folder: Path, named: str) -> ReleaseSpec:
             "releases"
         )
     return next(iter(specs.values()))
+
+
+# One nightly DAG per declared model (dags/nightly_release.py generates them from the specs folder); its id names
+# the model, so whatever holds a DAG id (an alert, the report link, the report app) knows the model.
+NIGHTLY_DAG_PREFIX = "nightly_release_"
+
+
+def nightly_dag_id(model: str) -> str:
+    """The id of model `model`'s nightly release DAG, e.g. `nightly_release_parcel_eta`."""
+    return f"{NIGHTLY_DAG_PREFIX}{model}"
+
+
+def model_of_nightly_dag(dag_id: str) -> str | None:
+    """The model whose nightly DAG `dag_id` is, or None for another DAG."""
+    return dag_id.removeprefix(NIGHTLY_DAG_PREFIX) if dag_id.startswith(NIGHTLY_DAG_PREFIX) else None
 
 
 def bind_process_model(name: str, *, named_by: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +21,9 @@ class Settings:
     # Feast's own FEAST_FS_YAML_FILE_PATH (the `feast` CLI reads it too): production points it at
     # feature_store.production.yaml; unset, the online store picks the YAML (see `feature_store_yaml`).
     feast_yaml_override: Path | None = None
+    # The model whose artifacts these settings locate; None: the one this process releases (MLRELEASE_MODEL).
+    # Set by processes that serve several models' runs (Airflow's own: a DAG's runner, the report plugin).
+    model: str | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -39,10 +42,21 @@ class Settings:
             feast_yaml_override=Path(feast_yaml).resolve() if feast_yaml else None,
         )
 
+    def for_model(self, model: str) -> Settings:
+        """These settings for model `model`'s artifacts (in a process that is not bound to one model)."""
+        return replace(self, model=model)
+
     @property
     def offline_dir(self) -> Path:
         """Directory holding the date-partitioned parquet tables (the offline store's sources)."""
         return self.home / "data" / "offline"
+
+    @property
+    def release_model(self) -> str:
+        """The model these settings are for: the one set by `for_model`, else the one this process releases."""
+        from mlrelease.release_spec import process_spec  # lazy: settings is a foundation, read by light commands
+
+        return self.model or process_spec().name
 
     @property
     def artifacts_dir(self) -> Path:
@@ -51,9 +65,7 @@ class Settings:
         One folder per model: two models' nightly runs share a data interval, so a run key alone would let one
         model's recorded outcome answer for the other's retried step.
         """
-        from mlrelease.release_spec import process_spec  # lazy: settings is a foundation, read by light commands
-
-        return self.home / "artifacts" / process_spec().name
+        return self.home / "artifacts" / self.release_model
 
     @property
     def feature_store_yaml(self) -> Path:

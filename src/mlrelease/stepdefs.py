@@ -12,16 +12,15 @@ Pure data, imported by DAG files at parse time: nothing heavy may be imported he
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-from mlrelease.registry import MODEL_NAME
-from mlrelease.release_spec import process_spec
+if TYPE_CHECKING:
+    from mlrelease.release_spec import ReleaseSpec
 
-# The model this process releases declares its own benchmark limits, peak load and rollout plan: they are the
-# defaults of its steps' flags and of its DAG's form (a run may still override them from the form).
-SPEC = process_spec()
+# Manual rollback, abort or promotion of any declared model's release (one DAG, the model picked in its form).
+RELEASE_CONTROL_DAG_ID = "rollback_release"
 
 # How a DAG run fills the arguments many steps share (rendered by Airflow per run).
 INTERVAL_START = "{{ data_interval_start.isoformat() }}"
@@ -192,16 +191,18 @@ MAE_TOLERANCE = RunParam(
     minimum=0,
     maximum=1,
 )
+# The model's release spec declares the defaults of these three (its perf limits and rollout plan): each model's
+# form shows its own (`nightly_params`); a step run by hand without the flag takes its process model's.
 MAX_P99_RATIO = RunParam(
     "max_p99_ratio",
-    SPEC.perf.max_p99_ratio,
+    None,
     "number",
     "Largest challenger/champion p99 latency ratio accepted (default: the release spec's perf.max_p99_ratio).",
     minimum=1,
 )
 MIN_THROUGHPUT_RATIO = RunParam(
     "min_throughput_ratio",
-    SPEC.perf.min_throughput_ratio,
+    None,
     "number",
     "Smallest challenger/champion throughput ratio accepted (default: the release spec's perf.min_throughput_ratio).",
     exclusive_minimum=0,
@@ -216,7 +217,7 @@ ROLLOUT_PROFILE = RunParam(
 )
 ROLLOUT_PLAN = RunParam(
     "rollout_plan",
-    SPEC.rollout_plan,
+    None,
     "string",
     "The rollout plan YAML, relative to the repository root (stages, guardrails, breach actions; default: the "
     "release spec's rollout_plan).",
@@ -230,8 +231,8 @@ PSI_THRESHOLD = RunParam(
     exclusive_minimum=0,
     maximum=5,
 )
-# The nightly_release DAG's form, in form order.
-NIGHTLY_PARAMS = (
+# A nightly DAG's form, in form order; `nightly_params(spec)` fills in the model's own defaults.
+NIGHTLY_FORM = (
     MATERIALIZE_OVERLAP_HOURS,
     REFERENCE_DAYS,
     TRAINING_DAYS,
@@ -243,8 +244,19 @@ NIGHTLY_PARAMS = (
     PSI_THRESHOLD,
 )
 
+
+def nightly_params(spec: ReleaseSpec) -> tuple[RunParam, ...]:
+    """Model `spec`'s nightly form: its perf limits and rollout plan are the defaults of their fields."""
+    from_spec = {
+        MAX_P99_RATIO.name: spec.perf.max_p99_ratio,
+        MIN_THROUGHPUT_RATIO.name: spec.perf.min_throughput_ratio,
+        ROLLOUT_PLAN.name: spec.rollout_plan,
+    }
+    return tuple(replace(p, default=from_spec.get(p.name, p.default)) for p in NIGHTLY_FORM)
+
+
 MANUAL_ACTIONS = ("rollback_to_version", "abort_rollout", "promote_paused")
-MODEL = RunParam("model", MODEL_NAME, "string", "Registered model.", enum=(MODEL_NAME,))
+MODEL = RunParam("model", None, "string", "The declared model to act on.")  # the models: release_control_params
 ACTION = RunParam("action", MANUAL_ACTIONS[0], "string", "What to do.", enum=MANUAL_ACTIONS)
 TARGET_VERSION = RunParam(
     "target_version",
@@ -254,8 +266,17 @@ TARGET_VERSION = RunParam(
     minimum=1,
 )
 REASON = RunParam("reason", "manual rollback from the Airflow UI", "string", "Recorded.", min_length=3)
-# The rollback_release DAG's form.
-RELEASE_CONTROL_PARAMS = (MODEL, ACTION, TARGET_VERSION, REASON)
+# The rollback_release DAG's form; `release_control_params(models)` offers the declared models.
+RELEASE_CONTROL_FORM = (MODEL, ACTION, TARGET_VERSION, REASON)
+
+
+def release_control_params(models: Iterable[str]) -> tuple[RunParam, ...]:
+    """The rollback_release form, its `model` field offering the declared `models` (the first is the default)."""
+    names = tuple(models)
+    if not names:
+        raise ValueError("no model is declared (models/<name>/release.yaml): the rollback form has none to offer")
+    model = replace(MODEL, default=names[0], enum=names)
+    return tuple(model if p is MODEL else p for p in RELEASE_CONTROL_FORM)
 
 
 # ---- the steps ---------------------------------------------------------------------------------------------------
@@ -270,7 +291,7 @@ RELEASE = (
     Arg("--end", "the run's data interval end, ISO-8601 (keys the rollout)", required=True, dag=INTERVAL_END),
 )
 STAGE = Arg("--stage", "stage number, from 1", type=int, required=True)  # appended per stage by the DAG
-PLAN = param_arg("--plan", ROLLOUT_PLAN, f"rollout plan YAML (default {ROLLOUT_PLAN.default})", default="")
+PLAN = param_arg("--plan", ROLLOUT_PLAN, "rollout plan YAML (default: the release spec's rollout_plan)", default="")
 OVERRIDE_HELP = "route a version whose export/validation/benchmark/shadow gate failed or never ran (recorded, alerted)"
 OVERRIDE = Arg("--override-gates", OVERRIDE_HELP, default="", metavar="REASON")
 SMALL = Resources(cpu="250m", memory="512Mi")
@@ -337,20 +358,20 @@ _DECLARED = (
         "perf_analyzer gate: challenger vs champion",
         (
             VERSION,
-            param_arg("--max-p99-ratio", MAX_P99_RATIO),
-            param_arg("--min-throughput-ratio", MIN_THROUGHPUT_RATIO),
+            param_arg("--max-p99-ratio", MAX_P99_RATIO, "default: the release spec's perf.max_p99_ratio"),
+            param_arg(
+                "--min-throughput-ratio", MIN_THROUGHPUT_RATIO, "default: the release spec's perf.min_throughput_ratio"
+            ),
             # The load is the release spec's; the measurement's own settings default to PerfSettings'.
             Arg(
                 "--peak-concurrency",
-                "highest concurrency of the sweep 1, 4, 16, ...",
+                "highest concurrency of the sweep 1, 4, 16, ... (default: the release spec's perf.peak_concurrency)",
                 type=int,
-                default=SPEC.perf.peak_concurrency,
             ),
             Arg(
                 "--peak-batch",
-                "rows per request at the peak (the gateway's micro-batches)",
+                "rows per request at the peak, the gateway's batches (default: the release spec's perf.peak_batch)",
                 type=int,
-                default=SPEC.perf.peak_batch,
             ),
             Arg("--measurement-interval", "milliseconds per measurement window", type=int, default=500),
             Arg("--rounds", "paired rounds over every level; the sign test counts harmed ones", type=int, default=9),
@@ -448,7 +469,7 @@ _DECLARED = (
                 "--reason",
                 "recorded on the version and in the alert",
                 default="manual rollback",
-                dag="nightly_release run {{ run_id }} failed",
+                dag="{{ dag.dag_id }} run {{ run_id }} failed",
             ),
         ),
         resources=SMALL,

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mlrelease.release_spec import nightly_dag_id
 from mlrelease.settings import Settings
 from mlrelease.timewindow import run_key
 
@@ -155,7 +156,7 @@ def format_summary(settings: Settings, end: datetime) -> str:
     """A plain-text table of every step (success, failed or not run) and where the artifacts are."""
     outcomes = load_outcomes(settings, end)
     run_dir = settings.artifacts_dir / run_key(end)
-    lines = [f"nightly_release — data interval ending {end.isoformat()}", ""]
+    lines = [f"{nightly_dag_id(settings.release_model)} — data interval ending {end.isoformat()}", ""]
     for task in [*TASK_ORDER, *sorted(set(outcomes) - set(TASK_ORDER) - set(ROLLOUT_ORDER))]:
         outcome = outcomes.get(task)
         lines.append(f"  {task:<16} not run" if outcome is None else _outcome_line(task, outcome, step_detail))

@@ -23,6 +23,7 @@ import requests
 import yaml
 
 from mlrelease.data.generate import generate
+from mlrelease.release_spec import nightly_dag_id
 from mlrelease.summary import DATA_DOCS, TASK_ORDER
 from mlrelease.timewindow import run_key
 from tests.conftest import REPO, ROWS_PER_DAY, WINDOW_END, WINDOW_START, Receiver, free_port
@@ -36,6 +37,7 @@ PIPELINE = list(TASK_ORDER)  # the 8 steps before the rollout, apply_features �
 RUN_TIMEOUT_S = 900.0
 HEALTH_KEYS = ("metadatabase", "scheduler", "dag_processor", "triggerer")  # /api/v2/monitor/health
 TERMINAL = {"success", "failed"}
+NIGHTLY = nightly_dag_id("parcel_eta")  # the model these tests release
 
 
 def ui_datetime(value: datetime | str) -> str:
@@ -304,7 +306,8 @@ def airflow(
             timeout_s=180,
         )
         live.login()
-        live.wait_for("both DAGs parsed", lambda: dag_ids(live) >= {"nightly_release", "rollback_release"}, 180)
+        every_dag = {NIGHTLY, nightly_dag_id("late_delivery"), "rollback_release"}  # one nightly DAG per model
+        live.wait_for("every DAG parsed", lambda: dag_ids(live) >= every_dag, 180)
         yield live
     finally:
         killed = live.stop()
@@ -321,7 +324,7 @@ def dag_ids(live: LiveAirflow) -> set[str]:
     return {d["dag_id"] for d in live.api("GET", "/dags", params={"limit": 100})["dags"]}
 
 
-# Every param of nightly_release as the form sends it: the demo's values where it leaves the defaults
+# Every param of the parcel model's nightly DAG as the form sends it: the demo's values where it leaves the defaults
 # (scripts/release_demo.sh: demo stage durations, perf ratios loosened for this 2-core machine), and an
 # overlap of 3 h instead of 2 so that the materialize step's own outcome shows the form's value arrived.
 NIGHT_CONF: dict[str, Any] = {
@@ -370,7 +373,7 @@ def test_the_api_wants_a_login(airflow: LiveAirflow) -> None:
     assert requests.get(f"{airflow.url}/api/v2/dags", timeout=30).status_code == 401
     wrong = {"username": USER, "password": airflow.password + "x"}
     assert requests.post(f"{airflow.url}/auth/token", json=wrong, timeout=30).status_code == 401
-    assert airflow.api("GET", "/dags/nightly_release")["dag_id"] == "nightly_release"  # with the JWT
+    assert airflow.api("GET", f"/dags/{NIGHTLY}")["dag_id"] == NIGHTLY  # with the JWT
 
 
 def test_trigger_form_shows_the_params(airflow: LiveAirflow, tmp_path: Path) -> None:
@@ -380,7 +383,7 @@ def test_trigger_form_shows_the_params(airflow: LiveAirflow, tmp_path: Path) -> 
     assert chromium.is_file(), "the trigger-form test needs Debian's chromium (apt-get install chromium)"
     page_errors: list[str] = []
     sent: dict[str, list[dict[str, Any]]] = {}
-    runs_before = {d: run_count(airflow, d) for d in ("nightly_release", "rollback_release")}
+    runs_before = {d: run_count(airflow, d) for d in (NIGHTLY, "rollback_release")}
 
     def capture(route: Any) -> None:
         # Keep what the form POSTs, and stop it there: this test creates no run.
@@ -398,15 +401,15 @@ def test_trigger_form_shows_the_params(airflow: LiveAirflow, tmp_path: Path) -> 
             page.on("pageerror", lambda exc: page_errors.append(str(exc)))
             page.route("**/api/v2/dags/*/dagRuns", capture)
             # A user opens the DAG page, is sent to the login page, signs in and comes back.
-            page.goto(f"{airflow.url}/dags/nightly_release")
+            page.goto(f"{airflow.url}/dags/{NIGHTLY}")
             page.get_by_label("Username").fill(USER)
             page.get_by_label("Password").fill(airflow.password)
             page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url("**/dags/nightly_release")
+            page.wait_for_url(f"**/dags/{NIGHTLY}")
 
             dialog = open_trigger_dialog(page)
             text = dialog.inner_text()
-            params = dag_params(airflow, "nightly_release")
+            params = dag_params(airflow, NIGHTLY)
             assert set(params) == set(NIGHT_CONF)
             for name, param in params.items():
                 assert name in text, f"the form does not show param {name}"
@@ -426,13 +429,14 @@ def test_trigger_form_shows_the_params(airflow: LiveAirflow, tmp_path: Path) -> 
             for name, param in manual_params.items():
                 assert name in text and param["description"] in text, f"rollback_release's form lacks {name}"
             assert "Data Interval" not in text  # schedule=None: no interval to choose
+            assert dropdown_choices(page, dialog, "model") == ["late_delivery", "parcel_eta"]  # every declared model
             submit(page, dialog)
         finally:
             browser.close()
 
     assert page_errors == []
     # What the running UI posted has the shape form_body() builds for the REST tests, and the DAG's defaults.
-    night = sent["nightly_release"][0]
+    night = sent[NIGHTLY][0]
     assert list(night) == list(form_body(NIGHT_CONF, logical_date=form_now()))
     assert night["data_interval_start"] is night["data_interval_end"] is night["partition_key"] is None
     assert night["conf"] == {name: p["value"] for name, p in params.items()}
@@ -478,7 +482,7 @@ def test_nightly_release_triggered_like_the_form_releases_the_first_model(
     airflow: LiveAirflow, live_home: Path, alerts: Receiver
 ) -> None:
     # The form unpauses a paused DAG before it triggers (TriggerDAGForm onSubmit → togglePause).
-    assert airflow.api("PATCH", "/dags/nightly_release", json={"is_paused": False})["is_paused"] is False
+    assert airflow.api("PATCH", f"/dags/{NIGHTLY}", json={"is_paused": False})["is_paused"] is False
     # A user re-running the night that ended at WINDOW_END: "Specify Manually" with that data interval,
     # the logical date left at the form's "now", every param sent with its form value, a note.
     body = form_body(
@@ -487,7 +491,7 @@ def test_nightly_release_triggered_like_the_form_releases_the_first_model(
         data_interval=(WINDOW_START, WINDOW_END),
         note="live e2e: the night ending 2026-11-29",
     )
-    run = airflow.api("POST", "/dags/nightly_release/dagRuns", json=body)
+    run = airflow.api("POST", f"/dags/{NIGHTLY}/dagRuns", json=body)
     run_id = run["dag_run_id"]
     assert (run["run_type"], run["triggered_by"], run["triggering_user_name"]) == ("manual", "rest_api", USER)
     assert run["conf"] == NIGHT_CONF and run["note"] == body["note"]
@@ -497,19 +501,19 @@ def test_nightly_release_triggered_like_the_form_releases_the_first_model(
         datetime.fromisoformat(WINDOW_END),
     )
 
-    finished = airflow.wait_for_run("nightly_release", run_id)
-    assert finished["state"] == "success", airflow.explain("nightly_release", run_id)
+    finished = airflow.wait_for_run(NIGHTLY, run_id)
+    assert finished["state"] == "success", airflow.explain(NIGHTLY, run_id)
 
     # Task states from the scheduler: the pipeline green, then a first release: nothing to roll out
     # against (benchmark makes v1 champion, shadow exits 4 → skipped, the rollout tasks skip after it),
     # rollback not triggered (one_failed), the none_failed verdict green, and the report teardown written.
-    tis = airflow.task_instances("nightly_release", run_id)
-    tasks = {t["task_id"] for t in airflow.api("GET", "/dags/nightly_release/tasks")["tasks"]}
+    tis = airflow.task_instances(NIGHTLY, run_id)
+    tasks = {t["task_id"] for t in airflow.api("GET", f"/dags/{NIGHTLY}/tasks")["tasks"]}
     assert set(tis) == tasks
     states = {task: ti["state"] for task, ti in tis.items()}
     green = [*PIPELINE, "release_complete", "report"]
     expected = {task: "skipped" for task in tasks} | {task: "success" for task in green}
-    assert states == expected, airflow.explain("nightly_release", run_id)
+    assert states == expected, airflow.explain(NIGHTLY, run_id)
 
     # The form's values reached the commands the tasks ran (rendered templates, as the UI shows them).
     def args(task: str) -> list[str]:
@@ -631,13 +635,13 @@ def test_the_next_night_rolls_a_retrained_candidate_out_under_live_traffic(
         data_interval=(NEXT_START, NEXT_END),
         note="live e2e: the next night, a retrained candidate rolled out",
     )
-    run_id = airflow.api("POST", "/dags/nightly_release/dagRuns", json=body)["dag_run_id"]
+    run_id = airflow.api("POST", f"/dags/{NIGHTLY}/dagRuns", json=body)["dag_run_id"]
     # Traffic once the benchmark is done, as `make run` does: perf_analyzer measures the same CPU Triton.
     airflow.wait_for(
         "the benchmark to pass",
         lambda: (
-            airflow.task_instances("nightly_release", run_id).get("benchmark", {}).get("state") == "success"
-            or airflow.api("GET", f"/dags/nightly_release/dagRuns/{run_id}")["state"] in TERMINAL
+            airflow.task_instances(NIGHTLY, run_id).get("benchmark", {}).get("state") == "success"
+            or airflow.api("GET", f"/dags/{NIGHTLY}/dagRuns/{run_id}")["state"] in TERMINAL
         ),
         timeout_s=RUN_TIMEOUT_S,
         interval_s=2.0,
@@ -645,15 +649,15 @@ def test_the_next_night_rolls_a_retrained_candidate_out_under_live_traffic(
     pool = traffic.order_pool(offline, datetime.fromisoformat(NEXT_END), load_config().cohorts)
     bodies = traffic.build_requests(pool, 3_000, None, supply_features=False, seed=3)
     with devkit.background_traffic(url, bodies, key, LIVE_TRAFFIC_RATE) as report:
-        finished = airflow.wait_for_run("nightly_release", run_id)
-    assert finished["state"] == "success", airflow.explain("nightly_release", run_id)
+        finished = airflow.wait_for_run(NIGHTLY, run_id)
+    assert finished["state"] == "success", airflow.explain(NIGHTLY, run_id)
 
     # Every rollout task ran on the scheduler: three stages opened, waited for and analysed, then the promotion and
     # the old champion's retirement; rollback (one_failed) skipped; the verdict green.
-    tis = airflow.task_instances("nightly_release", run_id)
+    tis = airflow.task_instances(NIGHTLY, run_id)
     states = {task: ti["state"] for task, ti in tis.items()}
     expected = {task: "success" for task in [*PIPELINE, *ROLLOUT_TASKS, "release_complete", "report"]}
-    assert states == expected | {"rollback": "skipped"}, airflow.explain("nightly_release", run_id)
+    assert states == expected | {"rollback": "skipped"}, airflow.explain(NIGHTLY, run_id)
 
     steps = outcomes(live_home, NEXT_KEY)
     assert steps["train"]["result"]["model_version"] == 2  # retrained on the next interval, not a copy

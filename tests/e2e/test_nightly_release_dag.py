@@ -40,7 +40,7 @@ def migrated_airflow_db(tmp_path_factory) -> Path:
 
 
 def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """`airflow dags test nightly_release` for the demo interval; returns the process and step outcomes."""
+    """`airflow dags test nightly_release_parcel_eta` for the demo interval; returns the process and step outcomes."""
     airflow_home = home / "airflow"
     airflow_home.mkdir()
     shutil.copy(db, airflow_home / "airflow.db")
@@ -55,7 +55,11 @@ def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedPro
     }
     env.pop("MLRELEASE_XCOM_PATH", None)
     proc = subprocess.run(
-        [AIRFLOW, "dags", "test", "nightly_release", WINDOW_END], env=env, capture_output=True, text=True, timeout=600
+        [AIRFLOW, "dags", "test", "nightly_release_parcel_eta", WINDOW_END],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     steps_dir = home / RUN_DIR / "steps"
     outcomes = {p.stem: json.loads(p.read_text()) for p in steps_dir.glob("*.json")} if steps_dir.is_dir() else {}
@@ -91,5 +95,5 @@ def test_corruptions_fail_at_their_gate_and_alert_once(home, migrated_airflow_db
     assert not any(task in outcomes for task in downstream), f"{downstream} must not run after {failed_task}"
     alerts = [b["body"] for b in receiver.bodies]
     assert len(alerts) == 1, alerts
-    assert alerts[0]["task_id"] == failed_task and alerts[0]["dag_id"] == "nightly_release"
+    assert alerts[0]["task_id"] == failed_task and alerts[0]["dag_id"] == "nightly_release_parcel_eta"
     assert all(message in alerts[0]["error"] for _, message in CORRUPTIONS.values()), alerts[0]["error"]

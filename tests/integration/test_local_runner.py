@@ -9,13 +9,14 @@ from datetime import UTC, datetime
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from mlrelease_airflow.catalog import STEPS
+from mlrelease_airflow.catalog import STEPS as CATALOGUE
 from mlrelease_airflow.local_runner import LocalStepOperator
 from mlrelease_airflow.render_pods import sample_context
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 29, 2, tzinfo=UTC)
 RUN_STEPS = "artifacts/parcel_eta/20261129T020000Z/steps"  # where a task records its outcome
+STEPS = {name: dataclasses.replace(pod, model="parcel_eta") for name, pod in CATALOGUE.items()}  # the DAG's model
 
 
 def run_task(op: LocalStepOperator, run_id: str = "manual__1") -> object:

@@ -26,8 +26,8 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.integration
 
 KEY = "20261129T020000Z"
-BASE = "https://reports.example.org/mlrelease"
-REPORT = f"{BASE}/{KEY}/index.html"
+BASE = "https://reports.example.org/mlrelease/reports"
+REPORT = f"{BASE}/nightly_release_parcel_eta/{KEY}/index.html"
 LOG = "http://airflow.local/log?x=1"
 SENDER = "mlrelease@example.org"
 TO = ("oncall@example.org", "ml-team@example.org")
@@ -41,7 +41,7 @@ TASKS = {"task_failed": "validate_data", "rolled_back": "rollback", "promoted": 
 def _context(event: str = "task_failed"):
     result = RESULTS.get(event)
     ti = SimpleNamespace(
-        dag_id="nightly_release",
+        dag_id="nightly_release_parcel_eta",
         task_id=TASKS[event],
         run_id="scheduled__2026-11-29",
         try_number=2,
@@ -92,7 +92,7 @@ def test_json_alert_from_the_webhook_connection(receiver, alert_env, monkeypatch
     assert receiver.bodies[0]["path"] == "/hooks/alerts"
     assert body == {
         "event": "task_failed",
-        "dag_id": "nightly_release",
+        "dag_id": "nightly_release_parcel_eta",
         "task_id": "validate_data",
         "run_id": "scheduled__2026-11-29",
         "try_number": 2,
@@ -112,7 +112,7 @@ def test_slack_payload_from_an_airflow_connection(receiver, alert_env, monkeypat
     assert webhook_url("mlrelease_alerts") == receiver.url
     WebhookAlertNotifier(payload_format="slack").notify(_context())
     body = receiver.bodies[0]["body"]
-    assert body["text"].startswith(":rotating_light: *nightly_release.validate_data* failed")
+    assert body["text"].startswith(":rotating_light: *nightly_release_parcel_eta.validate_data* failed")
     assert "data quality failed" in body["text"] and f"<{LOG}|logs>" in body["text"]
     assert f"<{REPORT}|release report>" in body["text"]
     assert body["blocks"][0]["text"]["type"] == "mrkdwn"
@@ -139,7 +139,9 @@ def test_webhook_format_and_events_from_the_connection(receiver, alert_env, monk
     assert receiver.bodies == []
     WebhookAlertNotifier(event="rolled_back").notify(_context("rolled_back"))
     (request,) = receiver.bodies
-    assert request["body"]["text"].startswith(":rotating_light: *nightly_release.rollback* rolled the candidate back")
+    assert request["body"]["text"].startswith(
+        ":rotating_light: *nightly_release_parcel_eta.rollback* rolled the candidate back"
+    )
     _webhook(monkeypatch, receiver.url, format="xml")
     with pytest.raises(AlertDeliveryError, match="connection mlrelease_alerts: format must be one of json, slack"):
         WebhookAlertNotifier().notify(_context())
@@ -188,10 +190,10 @@ def test_slack_alert_for_each_event(event, receiver, alert_env, monkeypatch):
     assert request["path"] == "/hooks/alerts"
     header = _blocks(body, "header")[0]["text"]["text"]
     expected = {
-        "task_failed": ":rotating_light: nightly_release.validate_data failed",
-        "rolled_back": ":rewind: nightly_release rolled back v7",
-        "promoted": ":rocket: nightly_release promoted v7",
-        "task_skipped": ":pause_button: nightly_release paused the rollout of the candidate for a human",
+        "task_failed": ":rotating_light: nightly_release_parcel_eta.validate_data failed",
+        "rolled_back": ":rewind: nightly_release_parcel_eta rolled back v7",
+        "promoted": ":rocket: nightly_release_parcel_eta promoted v7",
+        "task_skipped": ":pause_button: nightly_release_parcel_eta paused the rollout of the candidate for a human",
     }
     assert header == expected[event]
     (actions,) = _blocks(body, "actions")
@@ -367,10 +369,10 @@ def test_email_alert_for_each_event(event, smtp_server, alert_env, monkeypatch):
     assert got["from"] == SENDER and got["to"] == list(TO)
     msg = got["message"]
     subjects = {
-        "task_failed": "nightly_release.validate_data failed",
-        "rolled_back": "nightly_release rolled back v7",
-        "promoted": "nightly_release promoted v7",
-        "task_skipped": "nightly_release paused the rollout of the candidate for a human",
+        "task_failed": "nightly_release_parcel_eta.validate_data failed",
+        "rolled_back": "nightly_release_parcel_eta rolled back v7",
+        "promoted": "nightly_release_parcel_eta promoted v7",
+        "task_skipped": "nightly_release_parcel_eta paused the rollout of the candidate for a human",
     }
     assert msg["Subject"] == f"[mlrelease] {subjects[event]} (run scheduled__2026-11-29)"
     assert msg["From"] == SENDER and msg["To"] == ", ".join(TO)
@@ -427,7 +429,9 @@ def test_email_over_implicit_tls_checks_the_certificate(smtp_server, certificate
     _mail_env(monkeypatch, port, "ssl", ca_file=str(certificate[0]))
     EmailAlertNotifier().notify(_context())
     (got,) = box.messages
-    assert got["tls"] and got["message"]["Subject"].startswith("[mlrelease] nightly_release.validate_data failed")
+    assert got["tls"] and got["message"]["Subject"].startswith(
+        "[mlrelease] nightly_release_parcel_eta.validate_data failed"
+    )
 
 
 def test_email_refused_by_the_server_raises(smtp_server, alert_env, monkeypatch):
@@ -482,4 +486,4 @@ def test_release_alerts_reach_every_configured_channel(receiver, smtp_server, al
     assert by_path["/hooks/alerts"]["event"] == "rolled_back" and by_path["/hooks/alerts"]["report_url"] == REPORT
     assert by_path["/hooks/alerts"]["rollout"]["candidate_version"] == 7
     assert _blocks(by_path["/hooks/slack"], "header")[0]["text"]["text"].endswith("rolled back v7")
-    assert box.messages[0]["message"]["Subject"].startswith("[mlrelease] nightly_release rolled back v7")
+    assert box.messages[0]["message"]["Subject"].startswith("[mlrelease] nightly_release_parcel_eta rolled back v7")

@@ -8,15 +8,18 @@ import textwrap
 import pytest
 import yaml
 
-from mlrelease_airflow.assets import CHAMPION_MODEL, FEAST_PROJECT, FEATURE_ASSETS, FEATURE_VIEWS, MODEL_NAME
+from mlrelease.release_spec import nightly_dag_id
+from mlrelease_airflow.assets import FEAST_PROJECT, FEATURE_ASSETS, FEATURE_VIEWS, champion_model
 from tests.conftest import REPO
+
+CHAMPION_MODEL = champion_model("parcel_eta")
 
 
 @pytest.fixture(scope="module")
 def nightly():
     from airflow.dag_processing.dagbag import DagBag
 
-    return DagBag(dag_folder=str(REPO / "dags")).dags["nightly_release"]
+    return DagBag(dag_folder=str(REPO / "dags")).dags[nightly_dag_id("parcel_eta")]
 
 
 def test_materialize_and_promote_carry_the_assets_and_nothing_else_does(nightly):
@@ -28,10 +31,18 @@ def test_materialize_and_promote_carry_the_assets_and_nothing_else_does(nightly)
     assert (CHAMPION_MODEL.uri, CHAMPION_MODEL.group) == ("models:/parcel_eta@champion", "model")
 
 
-def test_the_assets_name_what_the_feature_repo_and_the_registry_define():
-    """Kept by hand in the plugin (no Feast or MLflow at DAG parse): checked against their one definition."""
-    from mlrelease.registry import MODEL_NAME as REGISTERED
+def test_each_models_dag_promotes_its_own_champion_asset():
+    from airflow.dag_processing.dagbag import DagBag
 
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    for model in ("parcel_eta", "late_delivery"):
+        promote = bag.dags[nightly_dag_id(model)].get_task("promote")
+        assert [a.uri for a in promote.outlets] == [f"models:/{model}@champion"]
+        assert promote.outlets[0].extra == {"registry": "mlflow", "model": model, "alias": "champion"}
+
+
+def test_the_assets_name_what_the_feature_repo_defines():
+    """Kept by hand in the plugin (no Feast at DAG parse): checked against its one definition."""
     store = yaml.safe_load((REPO / "feature_repo" / "feature_store.yaml").read_text(encoding="utf-8"))
     assert store["project"] == FEAST_PROJECT
     tree = ast.parse((REPO / "feature_repo" / "features.py").read_text(encoding="utf-8"))
@@ -42,7 +53,6 @@ def test_the_assets_name_what_the_feature_repo_and_the_registry_define():
             if not isinstance(kwargs.get("online"), ast.Constant) or kwargs["online"].value is not False:
                 online.append(ast.literal_eval(kwargs["name"]))
     assert sorted(online) == sorted(FEATURE_VIEWS)
-    assert MODEL_NAME == REGISTERED
 
 
 def test_the_dag_with_its_outlets_serializes_as_the_dag_processor_stores_it(nightly):
@@ -62,7 +72,9 @@ from datetime import datetime
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
 
-from mlrelease_airflow.assets import CHAMPION_MODEL, FEATURE_ASSETS
+from mlrelease_airflow.assets import FEATURE_ASSETS, champion_model
+
+CHAMPION_MODEL = champion_model("parcel_eta")
 
 with DAG(dag_id="score_backlog", schedule=[CHAMPION_MODEL], start_date=datetime(2026, 1, 1), catchup=False):
     EmptyOperator(task_id="score")
@@ -106,7 +118,7 @@ def test_kubernetes_tasks_carry_the_same_outlets_and_serialize(monkeypatch):
 
     monkeypatch.setenv("MLRELEASE_RUNNER", "kubernetes")
     monkeypatch.setenv("MLRELEASE_K8S_POD_TEMPLATE_FILE", str(REPO / "deploy" / "airflow" / "step-pod-template.yaml"))
-    dag = DagBag(dag_folder=str(REPO / "dags")).dags["nightly_release"]
+    dag = DagBag(dag_folder=str(REPO / "dags")).dags[nightly_dag_id("parcel_eta")]
     promote, materialize = dag.get_task("promote"), dag.get_task("materialize")
     assert type(promote).__name__ == "StepPodOperator" and promote.deferrable
     assert promote.outlets == [CHAMPION_MODEL] and materialize.outlets == list(FEATURE_ASSETS)

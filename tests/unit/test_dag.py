@@ -7,8 +7,11 @@ import os
 import subprocess
 import sys
 
+from mlrelease.release_spec import nightly_dag_id
 from mlrelease.summary import TASK_ORDER
 from tests.conftest import REPO
+
+NIGHTLY = nightly_dag_id("parcel_eta")
 
 HEAVY = [
     "feast",
@@ -38,13 +41,13 @@ def test_dagbag_has_no_import_errors():
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    assert {"nightly_release", "rollback_release"} <= set(bag.dag_ids)
+    assert set(bag.dag_ids) == {"nightly_release_parcel_eta", "nightly_release_late_delivery", "rollback_release"}
 
 
 def test_nightly_release_wiring_schedule_and_params():
     from airflow.dag_processing.dagbag import DagBag
 
-    dag = DagBag(dag_folder=str(REPO / "dags")).dags["nightly_release"]
+    dag = DagBag(dag_folder=str(REPO / "dags")).dags[NIGHTLY]
     assert dag.max_active_runs == 1 and dag.catchup is False
     assert dag.timetable.expression == "0 2 * * *" and str(dag.timetable.timezone) == "UTC"
     order = [
@@ -85,7 +88,7 @@ def test_dag_file_keeps_heavy_libraries_out_of_module_level():
 def test_rollout_wiring_waits_are_deferrable_and_a_failure_rolls_back():
     from airflow.dag_processing.dagbag import DagBag
 
-    dag = DagBag(dag_folder=str(REPO / "dags")).dags["nightly_release"]
+    dag = DagBag(dag_folder=str(REPO / "dags")).dags[NIGHTLY]
     chain = ["benchmark", "shadow"]
     for n in (1, 2, 3):
         chain += [f"rollout_stage_{n}", f"wait_{n}", f"analyze_{n}"]
@@ -132,3 +135,79 @@ def test_rollback_release_dag_is_manual_with_a_typed_form():
     (task,) = dag.tasks
     assert task.arguments[:2] == ["--action", "{{ params.action }}"]
     assert_alerts(task.on_failure_callback, "task_failed")
+
+
+def test_one_nightly_dag_per_declared_model_with_its_own_form_and_model():
+    """Each spec gets its DAG: the form's defaults are its spec's, and every step process releases its model."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from mlrelease.release_spec import spec_named
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    for model in ("parcel_eta", "late_delivery"):
+        spec, dag = spec_named(model), bag.dags[nightly_dag_id(model)]
+        assert f"model:{model}" in dag.tags and f"`{model}`" in dag.doc_md and spec.rollout_plan in dag.doc_md
+        params = dag.params
+        assert params["rollout_plan"] == spec.rollout_plan
+        assert (params["max_p99_ratio"], params["min_throughput_ratio"]) == (
+            spec.perf.max_p99_ratio,
+            spec.perf.min_throughput_ratio,
+        )
+        steps = [t for t in dag.tasks if hasattr(t, "env_vars")]
+        assert len(steps) > 10 and {t.env_vars["MLRELEASE_MODEL"] for t in steps} == {model}
+        assert dag.timetable.expression == spec.schedule
+    assert bag.dags[nightly_dag_id("late_delivery")].params["rollout_plan"] == "models/late_delivery/rollout_plan.yaml"
+    # The rollback form offers every declared model, and its step releases the one picked.
+    control = bag.dags["rollback_release"]
+    assert control.params.get_param("model").schema["enum"] == ["late_delivery", "parcel_eta"]
+    assert control.tasks[0].env_vars["MLRELEASE_MODEL"] == "{{ params.model }}"
+
+
+NEW_SPEC = """
+import re, shutil, sys
+from pathlib import Path
+
+repo, specs = Path(sys.argv[1]), Path(sys.argv[2])
+shutil.copytree(repo / "models" / "late_delivery", specs / "late_delivery")
+# A user's new model: a copy of an example under another name, on another schedule, with a two-stage plan.
+spec = (specs / "late_delivery" / "release.yaml").read_text()
+(specs / "route_risk").mkdir()
+plan = (specs / "late_delivery" / "rollout_plan.yaml").read_text()
+spec = spec.replace("name: late_delivery", "name: route_risk").replace(
+    "rollout_plan: models/late_delivery/rollout_plan.yaml", f"rollout_plan: {specs}/route_risk/plan.yaml"
+)
+(specs / "route_risk" / "release.yaml").write_text(spec + 'schedule: "30 3 * * *"\\n')
+(specs / "route_risk" / "plan.yaml").write_text(re.sub(r"  - name: bulky\\n(    .*\\n)+", "", plan))
+# And a broken one: its DAG is missing, the others are not.
+(specs / "broken").mkdir()
+(specs / "broken" / "release.yaml").write_text("name: broken\\ntask: ranking\\n")
+"""
+
+
+def test_a_new_spec_folder_gets_its_dag_and_a_broken_one_blocks_no_other(tmp_path):
+    """Adding a model is adding a folder; a spec that does not load loses its own DAG only, with its error logged."""
+    specs = tmp_path / "models"
+    subprocess.run([sys.executable, "-c", NEW_SPEC, str(REPO), str(specs)], check=True)
+    code = (
+        "import json, logging, sys; sys.path.insert(0, sys.argv[1] + '/plugins');"
+        "from airflow.dag_processing.dagbag import DagBag;"
+        "bag = DagBag(dag_folder=sys.argv[1] + '/dags');"
+        "dags = {i: [d.timetable.expression if hasattr(d.timetable, 'expression') else None,"
+        " sorted(t.task_id for t in d.tasks), sorted(d.params.get_param('model').schema.get('enum', []))"
+        " if 'model' in d.params else None] for i, d in bag.dags.items()};"
+        "print(json.dumps({'dags': dags, 'errors': list(bag.import_errors)}))"
+    )
+    env = {**os.environ, "MLRELEASE_SPECS_DIR": str(specs)}
+    env.pop("MLRELEASE_MODEL", None)  # the DAG processor releases no one model
+    out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, env=env, check=True)
+    parsed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert parsed["errors"] == []
+    dags = parsed["dags"]
+    assert set(dags) == {"nightly_release_late_delivery", "nightly_release_route_risk", "rollback_release"}
+    assert dags["nightly_release_route_risk"][0] == "30 3 * * *"
+    # Its plan's two stages are wired (the example's three less the third stage's tasks).
+    third = {"rollout_stage_3", "wait_3", "analyze_3"}
+    assert set(dags["nightly_release_late_delivery"][1]) - set(dags["nightly_release_route_risk"][1]) == third
+    assert dags["rollback_release"][2] == ["broken", "late_delivery", "route_risk"]
+    logged = out.stdout + out.stderr
+    assert "no nightly DAG for model folder broken" in logged and "task: Input should be 'regression'" in logged

@@ -13,7 +13,7 @@ from mlrelease_airflow.local_runner import LocalStepOperator, _error_line
 
 def test_local_runner_is_the_default_and_carries_the_pod_command(monkeypatch):
     monkeypatch.delenv("MLRELEASE_RUNNER", raising=False)
-    op = step_operator("materialize")
+    op = step_operator("materialize", model="parcel_eta")
     assert isinstance(op, LocalStepOperator)
     assert op.task_id == "materialize"
     assert op.pod.cmds == ["mlrelease", "step", "materialize"]
@@ -25,7 +25,7 @@ def test_kubernetes_runner_builds_a_pod_operator_with_the_same_command(monkeypat
     monkeypatch.setenv("MLRELEASE_RUNNER", "kubernetes")
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-    op = step_operator("validate-data")
+    op = step_operator("validate-data", model="parcel_eta")
     assert isinstance(op, KubernetesPodOperator) and type(op).__name__ == "StepPodOperator"
     assert op.cmds == ["mlrelease", "step", "validate-data"]
     assert op.arguments == list(STEPS["validate-data"].args)
@@ -37,7 +37,7 @@ def test_unknown_runner_or_step_is_refused(monkeypatch):
     with pytest.raises(ValueError, match="MLRELEASE_RUNNER must be one of local, kubernetes; got 'docker'"):
         selected_runner()
     with pytest.raises(KeyError, match="unknown step 'train-now'"):
-        step_operator("train-now", runner="local")
+        step_operator("train-now", model="parcel_eta", runner="local")
 
 
 def test_error_line_prefers_the_steps_own_message():
@@ -73,14 +73,14 @@ def test_kubernetes_gate_verdicts_fail_without_retry(monkeypatch, exit_code, exp
         raise AirflowException("Pod mlrelease-validate-data returned a failure.")
 
     monkeypatch.setattr(KubernetesPodOperator, "cleanup", failed_pod)
-    op = step_operator("validate-data", runner="kubernetes")
+    op = step_operator("validate-data", model="parcel_eta", runner="kubernetes")
     with pytest.raises(AirflowException) as err:
         op.cleanup(None, _pod_with_exit(exit_code))
     assert type(err.value).__name__ == expected
 
 
 def test_kubernetes_pods_skip_on_the_steps_nothing_to_do_exit_code():
-    op = step_operator("analyze", runner="kubernetes", extra_args=("--stage", "2"))
+    op = step_operator("analyze", model="parcel_eta", runner="kubernetes", extra_args=("--stage", "2"))
     assert 4 in op.skip_on_exit_code
     assert op.arguments[-2:] == ["--stage", "2"]
 
@@ -90,12 +90,12 @@ def test_kubernetes_pods_skip_on_the_steps_nothing_to_do_exit_code():
 
 def test_kubernetes_pods_are_deferrable_unless_switched_off(monkeypatch):
     monkeypatch.delenv("MLRELEASE_K8S_DEFERRABLE", raising=False)
-    assert step_operator("train", runner="kubernetes").deferrable is True
+    assert step_operator("train", model="parcel_eta", runner="kubernetes").deferrable is True
     monkeypatch.setenv("MLRELEASE_K8S_DEFERRABLE", "false")
-    assert step_operator("train", runner="kubernetes").deferrable is False
+    assert step_operator("train", model="parcel_eta", runner="kubernetes").deferrable is False
     monkeypatch.setenv("MLRELEASE_K8S_DEFERRABLE", "maybe")
     with pytest.raises(ValueError, match="MLRELEASE_K8S_DEFERRABLE must be one of .*; got 'maybe'"):
-        step_operator("train", runner="kubernetes")
+        step_operator("train", model="parcel_eta", runner="kubernetes")
 
 
 def _finished_pod(exit_code: int):
@@ -145,7 +145,7 @@ def _reenter(exit_code: int, xcom: dict):
     """Resume a deferrable step operator as Airflow does when the pod trigger fires (`trigger_reentry`)."""
     from types import SimpleNamespace
 
-    op = step_operator("analyze", runner="kubernetes", extra_args=("--stage", "2"))
+    op = step_operator("analyze", model="parcel_eta", runner="kubernetes", extra_args=("--stage", "2"))
     assert op.deferrable
     cluster = FakeCluster(_finished_pod(exit_code), xcom)
     for name in ("hook", "pod_manager", "client"):  # cached properties of the provider's operator

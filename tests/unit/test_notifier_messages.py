@@ -18,18 +18,18 @@ from mlrelease_airflow.notify_webhook import alert_payload, connection_url
 
 KEY = "20261129T020000Z"
 END = datetime(2026, 11, 29, 2, tzinfo=UTC)
-BASE = "https://reports.example.org/mlrelease"
+BASE = "https://reports.example.org/mlrelease/reports"
 
 
 class FakeTI:
     """The task-instance attributes a callback reads, with an XCom result (or a failing XCom lookup)."""
 
     def __init__(self, task_id: str = "rollback", result=None, xcom_error: Exception | None = None):
-        self.dag_id = "nightly_release"
+        self.dag_id = "nightly_release_parcel_eta"
         self.task_id = task_id
         self.run_id = "scheduled__2026-11-29T02:00:00+00:00"
         self.try_number = 1
-        self.log_url = f"http://airflow.local/dags/nightly_release/runs/x/tasks/{task_id}?try_number=1"
+        self.log_url = f"http://airflow.local/dags/nightly_release_parcel_eta/runs/x/tasks/{task_id}?try_number=1"
         self._result = result
         self._xcom_error = xcom_error
         self.pulled: list[str] = []
@@ -92,7 +92,7 @@ def test_report_link_uses_the_run_key_and_the_base_url(home, monkeypatch):
         context(FakeTI("validate_data"), exception=RuntimeError("2 checks failed")), "task_failed"
     )
     assert alert.run_key == KEY
-    assert alert.report_url == f"{BASE}/{KEY}/index.html"
+    assert alert.report_url == f"{BASE}/nightly_release_parcel_eta/{KEY}/index.html"
     # A string end (as some callers pass) gives the same key.
     assert alert_from_context(context(FakeTI(), end="2026-11-29T02:00:00+00:00"), "task_failed").run_key == KEY
 
@@ -124,8 +124,11 @@ def test_rolled_back_numbers_come_from_the_record_and_the_task_result(home, roll
         "phase": "rolled_back",
         "reason": "guardrails failed (xcom)",  # the task's own result wins over the record
     }
-    assert alert.headline() == "nightly_release rolled back v7"
-    assert alert.subject() == "[mlrelease] nightly_release rolled back v7 (run scheduled__2026-11-29T02:00:00+00:00)"
+    assert alert.headline() == "nightly_release_parcel_eta rolled back v7"
+    assert (
+        alert.subject()
+        == "[mlrelease] nightly_release_parcel_eta rolled back v7 (run scheduled__2026-11-29T02:00:00+00:00)"
+    )
     assert ("Stage", "2 of 3 (long_tail)") in alert.rollout_fields()
 
 
@@ -133,7 +136,7 @@ def test_another_runs_record_is_not_quoted(home, rollout_record):
     rollout_record(run_key="20261128T020000Z")
     alert = alert_from_context(context(FakeTI("analyze_2")), "task_skipped")
     assert alert.rollout == {}
-    assert alert.headline() == "nightly_release paused the rollout of the candidate for a human"
+    assert alert.headline() == "nightly_release_parcel_eta paused the rollout of the candidate for a human"
 
 
 def test_paused_rollout_quotes_stage_reason_and_excluded_cohorts(home, rollout_record):
@@ -141,7 +144,7 @@ def test_paused_rollout_quotes_stage_reason_and_excluded_cohorts(home, rollout_r
 
     rollout_record(phase=Phase.PAUSED, excluded=("long_tail",))
     alert = alert_from_context(context(FakeTI("analyze_2")), "task_skipped")
-    assert alert.headline() == "nightly_release paused the rollout of v7 for a human"
+    assert alert.headline() == "nightly_release_parcel_eta paused the rollout of v7 for a human"
     fields = dict(alert.rollout_fields())
     assert fields["Phase"] == "paused" and fields["Cohorts rolled back"] == "long_tail"
     assert fields["Reason"].startswith("stage long_tail: guardrails failed")
@@ -150,7 +153,7 @@ def test_paused_rollout_quotes_stage_reason_and_excluded_cohorts(home, rollout_r
 def test_promoted_uses_the_promote_result(home):
     result = {"status": "promoted", "model_version": 8, "previous_version": 7, "previous_unload_after": "2026-11-29T03"}
     alert = alert_from_context(context(FakeTI("promote", result=result)), "promoted")
-    assert alert.headline() == "nightly_release promoted v8"
+    assert alert.headline() == "nightly_release_parcel_eta promoted v8"
     assert dict(alert.rollout_fields()) == {
         "Candidate": "v8",
         "Previous champion": "v7",
@@ -163,7 +166,11 @@ def test_failing_lookups_never_stop_the_alert(home, rollout_record, caplog):
     (home / "rollout" / "parcel_eta.json").write_text("{not json")  # a corrupt record
     ti = FakeTI("rollback", xcom_error=ConnectionError("API server unreachable"))
     alert = alert_from_context(context(ti), "rolled_back")
-    assert alert.rollout == {} and alert.report_url and alert.headline() == "nightly_release rolled back the candidate"
+    assert (
+        alert.rollout == {}
+        and alert.report_url
+        and alert.headline() == "nightly_release_parcel_eta rolled back the candidate"
+    )
     assert "API server unreachable" in caplog.text and "rollout record" in caplog.text
 
 
@@ -176,16 +183,16 @@ def test_slack_blocks_for_a_failure(home, monkeypatch):
     header, fields, error, actions, footer = message["blocks"]
     assert header == {
         "type": "header",
-        "text": {"type": "plain_text", "text": ":rotating_light: nightly_release.validate_data failed"},
+        "text": {"type": "plain_text", "text": ":rotating_light: nightly_release_parcel_eta.validate_data failed"},
     }
     assert [f["text"].split("\n")[0] for f in fields["fields"]] == ["*DAG*", "*Task*", "*Run*", "*Try*"]
     assert error["text"]["text"] == "*Error*\n```drift PSI 0.4 &gt; 0.25 &lt;x&gt;```"  # mrkdwn-escaped
     assert [(b["text"]["text"], b["url"]) for b in actions["elements"]] == [
-        ("Release report", f"{BASE}/{KEY}/index.html"),
+        ("Release report", f"{BASE}/nightly_release_parcel_eta/{KEY}/index.html"),
         ("Task log", ti.log_url),
     ]
     assert "event `task_failed`" in footer["elements"][0]["text"]
-    assert message["text"].startswith("nightly_release.validate_data failed (run ")
+    assert message["text"].startswith("nightly_release_parcel_eta.validate_data failed (run ")
 
 
 def test_slack_shows_a_file_report_as_text_not_a_button(home, monkeypatch):
@@ -214,12 +221,15 @@ def test_email_is_text_and_html_with_the_report_link_in_both(home, rollout_recor
     alert = alert_from_context(context(FakeTI("analyze_2"), exception=RuntimeError("rolled back <v7>")), "task_failed")
     raw = email_message(alert, "mlrelease@example.org", ("a@example.org", "b@example.org")).as_bytes()
     msg = email.message_from_bytes(raw, policy=email.policy.default)
-    assert msg["Subject"] == "[mlrelease] nightly_release.analyze_2 failed (run scheduled__2026-11-29T02:00:00+00:00)"
+    assert (
+        msg["Subject"]
+        == "[mlrelease] nightly_release_parcel_eta.analyze_2 failed (run scheduled__2026-11-29T02:00:00+00:00)"
+    )
     assert msg["To"] == "a@example.org, b@example.org" and msg["X-Mlrelease-Event"] == "task_failed"
     assert msg.get_content_type() == "multipart/alternative"
     text = msg.get_body(("plain",)).get_content()
     page = msg.get_body(("html",)).get_content()
-    report = f"{BASE}/{KEY}/index.html"
+    report = f"{BASE}/nightly_release_parcel_eta/{KEY}/index.html"
     assert f"Release report: {report}" in text and f"href='{report}'" in page
     assert "Candidate: v7" in text and "<th align='left'>Stage</th><td>2 of 3 (long_tail)</td>" in page
     assert "rolled back &lt;v7&gt;" in page and "<v7>" not in page  # the error is escaped in HTML
@@ -229,7 +239,7 @@ def test_json_payload_carries_report_link_and_numbers(home, monkeypatch):
     monkeypatch.setenv("MLRELEASE_REPORT_BASE_URL", BASE)
     result = {"status": "promoted", "model_version": 8, "previous_version": 7}
     body = alert_payload(context(FakeTI("promote", result=result)), "json", "promoted")
-    assert body["event"] == "promoted" and body["report_url"] == f"{BASE}/{KEY}/index.html"
+    assert body["event"] == "promoted" and body["report_url"] == f"{BASE}/nightly_release_parcel_eta/{KEY}/index.html"
     assert body["rollout"] == {"candidate_version": 8, "stable_version": 7}
     json.dumps(body)  # serializable as sent
 

@@ -131,17 +131,20 @@ def test_a_gate_that_cannot_decide_is_refused_when_declared(options, message):
 
 
 def test_the_step_flags_default_to_the_perf_settings():
+    """The measurement's own settings; the load (peak concurrency, batch) is the spec's (test_release_spec)."""
+    from mlrelease.release_spec import spec_named
     from mlrelease.stepdefs import STEPS
 
     defaults = {arg.flag: arg.default for arg in STEPS["benchmark"].args}
     perf = PerfSettings()
+    declared = spec_named("parcel_eta").perf
+    assert (defaults["--peak-concurrency"], defaults["--peak-batch"]) == (None, None)  # unless given: the spec's
+    assert (declared.peak_concurrency, declared.peak_batch) == (perf.peak_concurrency, perf.peak_batch)
     assert (
-        defaults["--peak-concurrency"],
-        defaults["--peak-batch"],
         defaults["--measurement-interval"],
         defaults["--rounds"],
         defaults["--max-false-fail"],
-    ) == (perf.peak_concurrency, perf.peak_batch, perf.measurement_interval_ms, perf.rounds, perf.max_false_fail)
+    ) == (perf.measurement_interval_ms, perf.rounds, perf.max_false_fail)
 
 
 # --- one round's statistic ----------------------------------------------------------------------

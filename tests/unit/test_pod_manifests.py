@@ -156,4 +156,4 @@ def test_without_a_pod_template_the_operator_gets_none(monkeypatch):
     monkeypatch.delenv("MLRELEASE_K8S_POD_TEMPLATE_FILE", raising=False)
     from mlrelease_airflow.factory import step_operator
 
-    assert step_operator("materialize", runner="kubernetes").pod_template_file is None
+    assert step_operator("materialize", model="parcel_eta", runner="kubernetes").pod_template_file is None

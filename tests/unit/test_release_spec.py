@@ -272,19 +272,28 @@ def test_a_models_steps_and_form_default_to_its_specs_perf_limits_and_plan(tmp_p
     perf = {"max_p99_ratio": 1.3, "min_throughput_ratio": 0.75, "peak_concurrency": 8, "peak_batch": 4}
     _write(specs, {**PARCEL, "name": "route_eta", "perf": perf, "rollout_plan": "plans/route_eta.yaml"})
     _write(specs, PARCEL)
+    # What the benchmark step is given when run without the flags (and with one), and the model's DAG form.
     probe = (
-        "import json; from mlrelease.stepdefs import STEPS, NIGHTLY_PARAMS; "
-        "flags = {a.flag: a.default for a in STEPS['benchmark'].args}; "
-        "form = {p.name: p.default for p in NIGHTLY_PARAMS}; "
-        "print(json.dumps([flags['--max-p99-ratio'], flags['--min-throughput-ratio'], flags['--peak-concurrency'], "
-        "flags['--peak-batch'], form['max_p99_ratio'], form['min_throughput_ratio'], form['rollout_plan']]))"
+        "import json, sys, mlrelease.steps.benchmark as b; from mlrelease.cli import build_parser, _step_benchmark; "
+        "from mlrelease.release_spec import process_spec; from mlrelease.stepdefs import nightly_params; "
+        "seen = {}; b.benchmark = lambda settings, version, **kw: seen.update(kw) or {}; "
+        "argv = ['step', 'benchmark', '--model-version', '1', *sys.argv[1:]]; "
+        "_step_benchmark(build_parser().parse_args(argv), None); "
+        "form = {p.name: p.default for p in nightly_params(process_spec())}; "
+        "print(json.dumps([seen['max_p99_ratio'], seen['min_throughput_ratio'], seen['perf'].peak_concurrency, "
+        "seen['perf'].peak_batch, form['max_p99_ratio'], form['min_throughput_ratio'], form['rollout_plan']]))"
     )
     env = {**os.environ, "MLRELEASE_SPECS_DIR": str(specs), MODEL_ENV: "route_eta"}
-    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert json.loads(done.stdout) == [1.3, 0.75, 8, 4, 1.3, 0.75, "plans/route_eta.yaml"]
+
+    def probed(*flags: str) -> list[object]:
+        done = subprocess.run([sys.executable, "-c", probe, *flags], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert probed() == [1.3, 0.75, 8, 4, 1.3, 0.75, "plans/route_eta.yaml"]
+    assert probed("--max-p99-ratio", "2", "--peak-batch", "2") == [2.0, 0.75, 8, 2, 1.3, 0.75, "plans/route_eta.yaml"]
     env[MODEL_ENV] = "parcel_eta"  # the shipped parcel spec's values, as before specs declared them
-    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert json.loads(done.stdout) == [1.1, 0.9, 16, 16, 1.1, 0.9, "config/rollout_plan.yaml"]
+    assert probed() == [1.1, 0.9, 16, 16, 1.1, 0.9, "config/rollout_plan.yaml"]
 
 
 def test_a_fallback_rule_that_cannot_be_imported_is_named_when_the_gateway_builds_its_answer(tmp_path):

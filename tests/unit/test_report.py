@@ -21,6 +21,7 @@ from mlrelease.storage import write_json_atomic, write_text_atomic
 
 END = datetime(2026, 11, 30, 2, tzinfo=UTC)
 KEY = "20261130T020000Z"
+NIGHTLY = "nightly_release_parcel_eta"  # the parcel model's nightly DAG, whose runs have these reports
 RUN = "manual__2026-11-30T10:19:36+00:00"
 T0 = datetime(2026, 11, 30, 10, 22, tzinfo=UTC)  # when the rollout started
 
@@ -556,36 +557,44 @@ def client(served_home: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_plugin_serves_the_report_and_its_plots(served_home: Path, client) -> None:
-    page = client.get(f"/mlrelease/reports/{KEY}/index.html")
+    page = client.get(f"/mlrelease/reports/{NIGHTLY}/{KEY}/index.html")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "Promoted" in page.text
-    png = client.get(f"/mlrelease/reports/{KEY}/rollout.png")
+    png = client.get(f"/mlrelease/reports/{NIGHTLY}/{KEY}/rollout.png")
     assert png.status_code == 200 and png.headers["content-type"] == "image/png"
     assert png.content == (served_home / "artifacts" / "parcel_eta" / KEY / "report" / "rollout.png").read_bytes()
-    redirect = client.get(f"/mlrelease/reports/{KEY}", follow_redirects=False)
+    redirect = client.get(f"/mlrelease/reports/{NIGHTLY}/{KEY}", follow_redirects=False)
     assert redirect.status_code == 307 and redirect.headers["location"] == f"{KEY}/index.html"
 
 
 def test_plugin_404s_what_is_not_a_report_file(served_home: Path, client) -> None:
-    unknown = client.get("/mlrelease/reports/20261201T020000Z/index.html")
+    unknown = client.get(f"/mlrelease/reports/{NIGHTLY}/20261201T020000Z/index.html")
     assert unknown.status_code == 404 and "has no report yet" in unknown.json()["detail"]
-    assert client.get(f"/mlrelease/reports/{KEY}/missing.png").status_code == 404
-    assert client.get("/mlrelease/reports/not-a-key/index.html").status_code == 404
-    assert client.get("/mlrelease/reports/2026113T2Z/index.html").status_code == 404  # parses, but not canonical
+    assert client.get(f"/mlrelease/reports/{NIGHTLY}/{KEY}/missing.png").status_code == 404
+    assert client.get(f"/mlrelease/reports/{NIGHTLY}/not-a-key/index.html").status_code == 404
+    assert (
+        client.get(f"/mlrelease/reports/{NIGHTLY}/2026113T2Z/index.html").status_code == 404
+    )  # parses, but not canonical
+    # Only a nightly release DAG's runs have reports; another model's DAG has its own (none here).
+    other = client.get(f"/mlrelease/reports/rollback_release/{KEY}/index.html")
+    assert other.status_code == 404 and "not a nightly release DAG" in other.json()["detail"]
+    assert client.get(f"/mlrelease/reports/nightly_release_late_delivery/{KEY}/index.html").status_code == 404
     notes = served_home / "artifacts" / "parcel_eta" / KEY / "report" / "notes.txt"
     write_text_atomic(notes, "x")
-    assert client.get(f"/mlrelease/reports/{KEY}/notes.txt").status_code == 404  # only .html and .png
+    assert client.get(f"/mlrelease/reports/{NIGHTLY}/{KEY}/notes.txt").status_code == 404  # only .html and .png
     notes.unlink()
 
 
 @pytest.mark.parametrize(
     "path",
     [
-        f"/mlrelease/reports/{KEY}/..%2Fsteps%2Ftrain.json",
-        f"/mlrelease/reports/{KEY}/%2E%2E%2F%2E%2E%2Fsteps%2Ftrain.json",
-        f"/mlrelease/reports/{KEY}/..",
+        f"/mlrelease/reports/{NIGHTLY}/{KEY}/..%2Fsteps%2Ftrain.json",
+        f"/mlrelease/reports/{NIGHTLY}/{KEY}/%2E%2E%2F%2E%2E%2Fsteps%2Ftrain.json",
+        f"/mlrelease/reports/{NIGHTLY}/{KEY}/..",
         "/mlrelease/reports/..%2F..%2F..%2Fetc/passwd",
-        f"/mlrelease/reports/{KEY}/.staging-report-x",
+        f"/mlrelease/reports/nightly_release_..%2Fparcel_eta/{KEY}/index.html",
+        f"/mlrelease/reports/nightly_release_parcel_eta%2F..%2Fparcel_eta/{KEY}/index.html",
+        f"/mlrelease/reports/{NIGHTLY}/{KEY}/.staging-report-x",
     ],
 )
 def test_plugin_refuses_paths_out_of_the_report(client, path: str) -> None:
@@ -601,7 +610,7 @@ def test_plugin_app_requires_airflow_credentials(served_home: Path, monkeypatch:
 
     monkeypatch.setenv("MLRELEASE_HOME", str(served_home))
     with TestClient(create_app()) as anonymous:
-        assert anonymous.get(f"/reports/{KEY}/index.html").status_code == 401
+        assert anonymous.get(f"/reports/{NIGHTLY}/{KEY}/index.html").status_code == 401
 
 
 def test_release_report_link_points_at_the_runs_report(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -609,16 +618,20 @@ def test_release_report_link_points_at_the_runs_report(monkeypatch: pytest.Monke
 
     from mlrelease_airflow import report_plugin
 
-    runs = {("nightly_release", RUN): END}
+    runs = {(NIGHTLY, RUN): END, ("nightly_release_late_delivery", RUN): END}
     monkeypatch.setattr(report_plugin, "data_interval_end", lambda dag_id, run_id: runs.get((dag_id, run_id)))
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/")
     link = report_plugin.ReleaseReportLink()
-    key = TaskInstanceKey(dag_id="nightly_release", task_id="train", run_id=RUN, try_number=1)
-    assert link.get_link(None, ti_key=key) == f"https://airflow.example.com/mlrelease/reports/{KEY}/index.html"
+    key = TaskInstanceKey(dag_id=NIGHTLY, task_id="train", run_id=RUN, try_number=1)
+    assert (
+        link.get_link(None, ti_key=key) == f"https://airflow.example.com/mlrelease/reports/{NIGHTLY}/{KEY}/index.html"
+    )
+    other_model = key._replace(dag_id="nightly_release_late_delivery")
+    assert link.get_link(None, ti_key=other_model).endswith(f"/reports/nightly_release_late_delivery/{KEY}/index.html")
     assert link.get_link(None, ti_key=key._replace(run_id="manual__other")) == ""
     assert link.get_link(None, ti_key=key._replace(dag_id="rollback_release")) == ""
     monkeypatch.delenv("AIRFLOW__API__BASE_URL")
-    assert link.get_link(None, ti_key=key) == f"/mlrelease/reports/{KEY}/index.html"  # relative to the UI
+    assert link.get_link(None, ti_key=key) == f"/mlrelease/reports/{NIGHTLY}/{KEY}/index.html"  # relative to the UI
 
 
 def test_airflow_loads_the_plugin_from_the_plugins_folder() -> None:

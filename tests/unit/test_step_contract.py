@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,16 +19,25 @@ import pytest
 from mlrelease.cli import build_parser, run
 from mlrelease.errors import Skipped
 from mlrelease.outcome import INTERVAL_END_ENV, RUN_ID_ENV, TASK_ID_ENV, TRY_NUMBER_ENV, StepRun, read_outcome
+from mlrelease.release_spec import nightly_dag_id, spec_named
 from mlrelease.report.collect import REPORT_TASK, step_lines
 from mlrelease.report.inputs import run_outcomes
 from mlrelease.settings import Settings
-from mlrelease.stepdefs import NIGHTLY_PARAMS, RELEASE_CONTROL_PARAMS, STEPS
+from mlrelease.stepdefs import STEPS, nightly_params, release_control_params
 from mlrelease.timewindow import run_key
 from mlrelease_airflow.local_runner import LocalStepOperator, resolve_entrypoint
-from mlrelease_airflow.render_pods import SAMPLE_CONTEXT, sample_context
+from mlrelease_airflow.render_pods import sample_context, sample_run
 from tests.conftest import REPO
 
-DAGS = ("nightly_release", "rollback_release")
+NIGHTLY = nightly_dag_id("parcel_eta")
+SAMPLE_CONTEXT = sample_run("parcel_eta")
+# The DAGs whose every task is checked here, and the form each declares: one model's nightly DAG (every nightly DAG
+# is built by the same function: tests/unit/test_dag.py checks what differs) and the rollback DAG.
+FORMS = {
+    NIGHTLY: nightly_params(spec_named("parcel_eta")),
+    "rollback_release": release_control_params(("late_delivery", "parcel_eta")),
+}
+DAGS = tuple(FORMS)
 IDENTITY = (TASK_ID_ENV, RUN_ID_ENV, TRY_NUMBER_ENV, INTERVAL_END_ENV)
 # A manual run of the rollback DAG: a data interval of its own (schedule=None: the logical date), another run id.
 RELEASE_CONTROL_CONTEXT = {
@@ -126,18 +136,18 @@ def test_every_task_command_of_both_dags_parses_with_the_real_cli(rendered):
 
 def test_the_dag_params_and_the_cli_share_their_defaults(rendered):
     _, dags = rendered
-    for dag, params in zip(dags.values(), (NIGHTLY_PARAMS, RELEASE_CONTROL_PARAMS), strict=True):
+    for dag_id, params in FORMS.items():
+        dag = dags[dag_id]
         assert list(dag.params) == [p.name for p in params]
         for p in params:
             assert dag.params[p.name] == p.default and dag.params.get_param(p.name).description == p.description
     train = parse(["step", "train", "--start", "2026-11-28", "--end", "2026-11-29"])
     bench = parse(["step", "benchmark", "--model-version", "1"])
-    defaults = {p.name: p.default for p in NIGHTLY_PARAMS}
+    defaults = {p.name: p.default for p in FORMS[NIGHTLY]}
     assert (train.training_days, train.mae_tolerance) == (defaults["training_days"], defaults["mae_tolerance"])
-    assert (bench.max_p99_ratio, bench.min_throughput_ratio) == (
-        defaults["max_p99_ratio"],
-        defaults["min_throughput_ratio"],
-    )
+    # The spec declares these: run by hand without the flag, the step takes its process model's spec's.
+    assert (bench.max_p99_ratio, bench.min_throughput_ratio, bench.peak_concurrency) == (None, None, None)
+    assert (defaults["max_p99_ratio"], defaults["min_throughput_ratio"]) == (1.10, 0.90)
 
 
 def test_every_task_gives_its_step_the_task_identity(rendered):
@@ -209,7 +219,7 @@ def test_each_pod_commands_outcome_path_completes_the_reports_step_table(home, m
         assert {t: s for t, s in lines.items() if s != "not run"} == {
             task: status for task, status in expected.items() if task != REPORT_TASK
         }
-        if dag.dag_id == "nightly_release":
+        if dag.dag_id == NIGHTLY:
             assert "not run" not in lines.values()  # the table lists the nightly steps: all of them ran
         assert {o["run_id"] for o in outcomes.values()} == {dag_context(dag, "any")["run_id"]}
     capsys.readouterr()
@@ -217,7 +227,7 @@ def test_each_pod_commands_outcome_path_completes_the_reports_step_table(home, m
 
 def test_a_real_step_process_records_its_outcome_for_the_report(home):
     """`mlrelease step rollback` as a process, with the env its pod carries: it skips and says so in its record."""
-    dag = rendered_dags("kubernetes")["nightly_release"]
+    dag = rendered_dags("kubernetes")[NIGHTLY]
     task = dag.get_task("rollback")
     env = {**os.environ, **{name: env_of(task)[name] for name in IDENTITY}}
     proc = subprocess.run(
@@ -238,11 +248,11 @@ def test_a_real_step_process_records_its_outcome_for_the_report(home):
 # ---- the local runner: the step is the one writer, the runner fills in a try the step could not record ----------
 
 
-def _local(task_id: str, step: str, try_number: int = 1) -> LocalStepOperator:
-    """A local step operator rendered for the sample run (try `try_number`)."""
+def _local(task_id: str, step: str, try_number: int = 1, model: str = "parcel_eta") -> LocalStepOperator:
+    """A local step operator of `model`'s DAG rendered for the sample run (try `try_number`)."""
     from mlrelease_airflow.catalog import STEPS as PODS
 
-    op = LocalStepOperator(task_id=task_id, pod=PODS[step])
+    op = LocalStepOperator(task_id=task_id, pod=replace(PODS[step], model=model))
     context = sample_context(task_id)
     context["ti"].try_number = try_number
     op.render_template_fields(context)
@@ -274,3 +284,22 @@ def test_the_local_runner_records_a_try_the_step_could_not(home):
     outcome = read_outcome(earlier.path(settings))
     assert outcome["recorded_by"] == "runner" and outcome["try_number"] == 2  # try 1's success is replaced
     assert outcome["status"] == "failed" and outcome["exit_code"] == 2 and outcome["task_id"] == "check_freshness"
+
+
+def test_each_models_steps_record_under_that_model_whatever_the_workers_model(home):
+    """One Airflow worker runs every model's tasks: a task of late_delivery's DAG records under late_delivery, both
+    where the step records (its process releases the pod's model) and where the runner records for it."""
+    from airflow.sdk.exceptions import AirflowException
+
+    assert os.environ["MLRELEASE_MODEL"] == "parcel_eta"  # the worker's own
+    ours = Settings.from_env().for_model("late_delivery")
+    for arguments, recorded_by in ((["--end", "not-a-time"], "step"), (["--no-such-flag"], "runner")):
+        op = _local("check_freshness", "check-freshness", model="late_delivery")
+        op.arguments = arguments
+        with pytest.raises(AirflowException):
+            op.execute({})
+        step_run = StepRun.from_env(op.env_vars)
+        outcome = step_run.recorded(ours)
+        assert outcome["recorded_by"] == recorded_by and outcome["status"] == "failed", arguments
+        assert step_run.recorded(Settings.from_env()) is None  # nothing under the worker's model
+        step_run.path(ours).unlink()
