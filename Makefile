@@ -115,8 +115,9 @@ run: setup
 # Test files run on parallel worker processes (pytest-xdist): a file stays on one worker (its module-scoped servers
 # are built once), the longest files start first (tests/conftest.py), and a worker takes the next file when free.
 TEST_WORKERS ?= 2
+# The 25 slowest tests are listed at the end: where the suite's time goes (its target is 15 minutes here).
 test: system-test setup $(NODE_TOOLS) lint
-	pytest tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	pytest tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # The pure unit tier (no servers), on the same workers as `make test`.
 test-fast: system-test setup $(NODE_TOOLS)

@@ -113,6 +113,7 @@ LONGEST_FIRST = (
     "tests/integration/test_rollout.py",
     "tests/integration/test_model_path.py",
     "tests/integration/test_second_model.py",
+    "tests/e2e/test_new_model.py",
     "tests/e2e/test_nightly_release_dag.py",
     "tests/integration/test_gateway.py",
     "tests/integration/test_model_integrity.py",

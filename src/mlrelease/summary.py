@@ -45,9 +45,11 @@ def step_detail(task: str, result: dict[str, Any]) -> str:
         champion = result.get("champion_metrics") or {}
         mae = (result.get("metrics") or {}).get("mae")
         versus = f" (champion {champion['mae']:.3f} h)" if "mae" in champion else ""
-        return f"v{result.get('model_version')} {result.get('status')}" + (
-            f": holdout MAE {mae:.3f} h{versus}" if mae is not None else ""
-        )
+        if mae is not None:
+            return f"v{result.get('model_version')} {result.get('status')}: holdout MAE {mae:.3f} h{versus}"
+        # Another task's gate says in its own words what it judged (a classifier: log loss and AUC vs the champion's).
+        decision = f": {result['decision']}" if result.get("decision") else ""
+        return f"v{result.get('model_version')} {result.get('status')}{decision}"
     if task == "export":
         return f"v{result.get('model_version')} {result.get('status')}, sha256 {str(result.get('sha256'))[:12]}"
     if task == "validate_serving":

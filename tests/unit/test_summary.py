@@ -2,7 +2,7 @@ from datetime import UTC, datetime
 
 from mlrelease.settings import Settings
 from mlrelease.storage import write_json_atomic
-from mlrelease.summary import format_summary
+from mlrelease.summary import format_summary, step_detail
 
 END = datetime(2026, 11, 29, 2, tzinfo=UTC)
 
@@ -26,3 +26,12 @@ def test_summary_shows_only_the_latest_run_of_the_interval(home):
 def test_summary_of_a_run_that_never_happened(home):
     text = format_summary(Settings.from_env(), END)
     assert "result: FAILED" in text and "apply_features   not run" in text
+
+
+def test_the_train_line_says_what_the_models_own_gate_judged():
+    regression = {"model_version": 2, "status": "registered as challenger", "metrics": {"mae": 2.06}}
+    regression["champion_metrics"] = {"mae": 2.048}
+    assert step_detail("train", regression) == "v2 registered as challenger: holdout MAE 2.060 h (champion 2.048 h)"
+    decision = "holdout log loss 0.2689, AUC 0.932 vs champion log loss 0.2692, AUC 0.932"
+    classifier = {"model_version": 2, "status": "registered as challenger", "metrics": {"auc": 0.93}}
+    assert step_detail("train", {**classifier, "decision": decision}) == f"v2 registered as challenger: {decision}"
