@@ -104,7 +104,7 @@ def test_promoted_report_renders_cleanly_in_chromium(home: Path, report_server: 
     write_promoted_run(home)
     result = build_report(Settings.from_env(), END, log_to_mlflow=False)
     screenshot = tmp_path / "promoted.png"
-    seen = open_report(f"{report_server}/mlrelease/reports/{KEY}/index.html", screenshot)
+    seen = open_report(f"{report_server}/mlrelease/reports/nightly_release_parcel_eta/{KEY}/index.html", screenshot)
     assert_clean_render(seen, screenshot, expected_images=len(result["files"]) - 1)
     assert seen["verdict"] == "Promoted"
     shutil.copyfile(screenshot, SHARED_SCREENSHOT)
@@ -117,6 +117,7 @@ def test_cohort_rollback_report_renders_cleanly_in_chromium(home: Path, report_s
     write_cohort_rollback_run(home)
     result = build_report(Settings.from_env(), END, log_to_mlflow=False)
     screenshot = tmp_path / "cohort_rollback.png"
-    seen = open_report(f"{report_server}/mlrelease/reports/{KEY}", screenshot)  # the redirect to index.html
+    page = f"{report_server}/mlrelease/reports/nightly_release_parcel_eta/{KEY}"
+    seen = open_report(page, screenshot)  # the redirect to index.html
     assert_clean_render(seen, screenshot, expected_images=len(result["files"]) - 1)
     assert seen["verdict"] == "Rolled back (cohort long_tail)"

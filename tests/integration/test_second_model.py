@@ -163,17 +163,19 @@ def test_a_retrain_is_judged_against_the_champion_by_the_classification_gates(wo
 def test_a_process_that_does_not_name_its_model_is_refused_before_any_work(world):
     env, home = world
     unnamed = {k: v for k, v in env.items() if k != "MLRELEASE_MODEL"}
-    before = sorted(p.name for p in (home / "model_repository").iterdir())
+    repository = home / "model_repository"
+    before = sorted(p.name for p in repository.iterdir()) if repository.is_dir() else []  # run alone: none yet
     done = _run(unnamed, "step", "train", "--start", NEXT.start.isoformat(), "--end", NEXT.end.isoformat(), ok=False)
     assert (done.returncode, done.stderr) == (
         EXIT_STEP_ERROR,
-        f"mlrelease: error: {SPECS_DIR} declares 2 models (late_delivery, parcel_eta): set MLRELEASE_MODEL to the one "
-        "this process releases\n",
+        f"mlrelease step train: error: {SPECS_DIR} declares 2 models (late_delivery, parcel_eta): set MLRELEASE_MODEL "
+        "to the one this process releases\n",
     )
-    assert sorted(p.name for p in (home / "model_repository").iterdir()) == before
+    assert (sorted(p.name for p in repository.iterdir()) if repository.is_dir() else []) == before
     named_wrong = {**env, "MLRELEASE_MODEL": "route_risk"}
     done = _run(named_wrong, "step", "export", "--model-version", "1", ok=False)
-    assert done.returncode == EXIT_STEP_ERROR and done.stderr.startswith("mlrelease: error: no model 'route_risk'")
+    assert done.returncode == EXIT_STEP_ERROR
+    assert done.stderr.startswith("mlrelease step export: error: no model 'route_risk'")
     assert len(done.stderr.splitlines()) == 1
 
 
