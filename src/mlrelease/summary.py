@@ -29,6 +29,18 @@ TASK_ORDER = (
 DATA_DOCS = "data_quality/gx_project/gx/uncommitted/data_docs/local_site/index.html"
 
 
+def _train_detail(result: dict[str, Any]) -> str:
+    """The train line: the version, its verdict and the holdout metric its task's gate judged."""
+    champion = result.get("champion_metrics") or {}
+    mae = (result.get("metrics") or {}).get("mae")
+    versus = f" (champion {champion['mae']:.3f} h)" if "mae" in champion else ""
+    if mae is not None:
+        return f"v{result.get('model_version')} {result.get('status')}: holdout MAE {mae:.3f} h{versus}"
+    # Another task's gate says in its own words what it judged (a classifier: log loss and AUC vs the champion's).
+    decision = f": {result['decision']}" if result.get("decision") else ""
+    return f"v{result.get('model_version')} {result.get('status')}{decision}"
+
+
 def step_detail(task: str, result: dict[str, Any]) -> str:
     """One line of what a pipeline step did, from its result (the summary's and the report's step table)."""
     if task == "materialize":
@@ -42,14 +54,7 @@ def step_detail(task: str, result: dict[str, Any]) -> str:
         checked = ", ".join(f"{t} {d['rows']} rows" for t, d in result.get("tables", {}).items())
         return f"{len(result.get('partitions', []))} partitions passed ({checked})"
     if task == "train":
-        champion = result.get("champion_metrics") or {}
-        mae = (result.get("metrics") or {}).get("mae")
-        versus = f" (champion {champion['mae']:.3f} h)" if "mae" in champion else ""
-        if mae is not None:
-            return f"v{result.get('model_version')} {result.get('status')}: holdout MAE {mae:.3f} h{versus}"
-        # Another task's gate says in its own words what it judged (a classifier: log loss and AUC vs the champion's).
-        decision = f": {result['decision']}" if result.get("decision") else ""
-        return f"v{result.get('model_version')} {result.get('status')}{decision}"
+        return _train_detail(result)
     if task == "export":
         return f"v{result.get('model_version')} {result.get('status')}, sha256 {str(result.get('sha256'))[:12]}"
     if task == "validate_serving":
