@@ -6,7 +6,7 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from mlrelease.release_spec import declared_specs
+from mlrelease.release_spec import spec_paths
 from mlrelease.stepdefs import RELEASE_CONTROL_DAG_ID, release_control_params
 from mlrelease_airflow.catalog import dag_params
 from mlrelease_airflow.factory import step_operator
@@ -28,9 +28,9 @@ Traffic always moves first; the MLflow alias is the commit point. Every action i
 versions (tags) and in the rollout history (`mlrelease rollout status`).
 """
 
-# The models the form offers: every declared spec folder (one that does not load is still offered: its step then
-# fails naming the spec's error, rather than the model missing from the form).
-MODELS = tuple(declared_specs())
+# The models the form offers: every declared spec folder, by name only (nothing is validated at parse: one that does
+# not load is still offered, and its step fails naming the spec's error, rather than the model missing from the form).
+MODELS = tuple(path.parent.name for path in spec_paths())
 
 with DAG(
     dag_id=RELEASE_CONTROL_DAG_ID,

@@ -101,12 +101,10 @@ release_tonight() {  # release_tonight MODEL: its gateway and traffic, then toni
   echo "==> $model: airflow dags test nightly_release_$model $RUN_END  (full log: $log)"
   [ -n "${CANDIDATE_FAULT:-}" ] && echo "==> tonight's $model candidate carries the drill fault '$CANDIDATE_FAULT' (tagged drill_fault in MLflow)"
   dag_test "$model" "$RUN_END" "$log" "${CANDIDATE_FAULT:-}" || rc=$?
-  kill -INT "$TRAFFIC_PID" 2> /dev/null || true
+  kill -INT "$TRAFFIC_PID" 2> /dev/null || true  # SIGINT: the traffic run writes its report before it exits
   wait "$TRAFFIC_PID" 2> /dev/null || true
   TRAFFIC_PID=""
-  kill "$GATEWAY_PID" 2> /dev/null || true
-  wait "$GATEWAY_PID" 2> /dev/null || true
-  GATEWAY_PID=""
+  cleanup  # the gateway, before the next model's takes the port
   return "$rc"
 }
 

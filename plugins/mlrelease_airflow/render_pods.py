@@ -21,7 +21,7 @@ import yaml
 
 from mlrelease.errors import StepError
 from mlrelease.exit_codes import EXIT_OK, EXIT_STEP_ERROR
-from mlrelease.release_spec import nightly_dag_id, process_spec
+from mlrelease.release_spec import nightly_dag_id, process_spec, spec_named
 from mlrelease.stepdefs import nightly_params, release_control_params
 from mlrelease_airflow.catalog import STEPS
 from mlrelease_airflow.kubernetes import kubernetes_step_operator
@@ -34,8 +34,6 @@ def sample_run(model: str) -> dict[str, Any]:
     Both forms' defaults (declared with the steps, the nightly one from the model's spec), and a version for
     rollback_release's optional one.
     """
-    from mlrelease.release_spec import spec_named
-
     params = (*nightly_params(spec_named(model)), *release_control_params((model,)))
     return {
         "data_interval_start": datetime(2026, 11, 28, 2, tzinfo=UTC),

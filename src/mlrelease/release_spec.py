@@ -335,9 +335,14 @@ def load_spec(path: Path) -> ReleaseSpec:
     return spec
 
 
+def spec_paths(folder: Path = SPECS_DIR) -> list[Path]:
+    """The spec files in `folder` (`<name>/release.yaml`), sorted by model folder; nothing is read."""
+    return sorted(folder.glob(f"*/{SPEC_FILE}"))
+
+
 def load_specs(folder: Path = SPECS_DIR) -> dict[str, ReleaseSpec]:
     """Every release spec in `folder` (`<name>/release.yaml`), by name; an empty or missing folder is an error."""
-    paths = sorted(folder.glob(f"*/{SPEC_FILE}"))
+    paths = spec_paths(folder)
     if not paths:
         raise StepError(f"no release spec in {folder}: declare a model as {folder}/<name>/{SPEC_FILE}")
     return {spec.name: spec for spec in map(load_spec, paths)}
@@ -349,7 +354,7 @@ def declared_specs(folder: Path = SPECS_DIR) -> dict[str, ReleaseSpec | StepErro
     For callers that must go on with the good ones (the DAG file: one model's broken spec never hides another's DAG).
     """
     found: dict[str, ReleaseSpec | StepError] = {}
-    for path in sorted(folder.glob(f"*/{SPEC_FILE}")):
+    for path in spec_paths(folder):
         try:
             found[path.parent.name] = load_spec(path)
         except StepError as exc:

@@ -22,7 +22,6 @@ from mlrelease.serving.triton_repo import parse_pbtxt
 from mlrelease.summary import TASK_ORDER
 from mlrelease.timewindow import parse_timestamp, run_key
 from tests.conftest import REPO, WINDOW_END, free_port
-from tests.e2e.test_nightly_release_dag import migrated_airflow_db  # noqa: F401 - the session's migrated DB
 
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).parent

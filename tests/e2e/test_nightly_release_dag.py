@@ -25,20 +25,6 @@ ORDER = list(TASK_ORDER)
 RUN_DIR = "artifacts/parcel_eta/20261129T020000Z"
 
 
-@pytest.fixture(scope="session")
-def migrated_airflow_db(tmp_path_factory) -> Path:
-    """An Airflow metadata DB migrated once per session; each test runs on its own copy."""
-    home = tmp_path_factory.mktemp("airflow-template")
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW_CONFIG": str(REPO / "airflow.cfg"),
-        "MLRELEASE_REPO": str(REPO),
-    }
-    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True)
-    return home / "airflow.db"
-
-
 def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedProcess, dict]:
     """`airflow dags test nightly_release_parcel_eta` for the demo interval; returns the process and step outcomes."""
     airflow_home = home / "airflow"
