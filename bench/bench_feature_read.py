@@ -56,6 +56,7 @@ def main() -> None:
     from mlrelease.gateway.online_features import BatchingLookup, FeatureLookup
     from mlrelease.gateway.online_reader import OnlineReader
     from mlrelease.gateway.traffic import build_requests, order_pool
+    from mlrelease.release_spec import process_spec
     from mlrelease.settings import Settings
     from mlrelease.steps.apply_features import apply_features
     from mlrelease.steps.materialize import materialize
@@ -74,7 +75,7 @@ def main() -> None:
             {key: body[key] for key in ("user_id", "package_id", "route_id")}
             for body in build_requests(pool, args.fetches, None, supply_features=False)
         ]
-        reader = OnlineReader(open_store(settings))
+        reader = OnlineReader(open_store(settings), process_spec().features)
         if not reader.prepare_local_reads(busy_timeout_ms=1000):
             raise SystemExit("the online store could not be prepared for reads on the event loop (not WAL)")
         lookup = FeatureLookup(reader, lambda: as_of)

@@ -12,6 +12,7 @@ from mlrelease.gateway.batcher import BatchSettings, MicroBatcher
 from mlrelease.gateway.model_client import ModelAnswer, ModelFailure
 
 RANGES = ((0.0, 500.0), (0.0, 1.0))  # the parcel spec's ETA hours and confidence
+OUTPUTS = ("eta_prediction", "confidence_score")
 
 
 class FakeTriton:
@@ -42,7 +43,7 @@ def _row(value: float) -> np.ndarray:
 
 
 def _batcher(triton: FakeTriton, **settings) -> MicroBatcher:
-    return MicroBatcher(triton, BatchSettings(**settings), RANGES)
+    return MicroBatcher(triton, BatchSettings(**settings), RANGES, outputs=OUTPUTS)
 
 
 async def _gather(batcher: MicroBatcher, values, version: int = 1, role: str = "stable", timeout_s: float = 1.0):
@@ -196,7 +197,9 @@ def test_observer_sees_each_batch_size():
     seen: list[tuple[int, str, int]] = []
 
     async def scenario():
-        batcher = MicroBatcher(FakeTriton(), BatchSettings(max_batch=4), RANGES, lambda v, r, n: seen.append((v, r, n)))
+        batcher = MicroBatcher(
+            FakeTriton(), BatchSettings(max_batch=4), RANGES, lambda v, r, n: seen.append((v, r, n)), outputs=OUTPUTS
+        )
         await _gather(batcher, range(1, 10), version=7, role="candidate")
 
     asyncio.run(scenario())

@@ -19,6 +19,7 @@ from mlrelease.serving.triton_repo import ServingConfig, build_config, parse_pbt
 from mlrelease.settings import Settings
 from mlrelease_drills.devkit import write_gateway_config
 
+OUTPUTS = ("eta_prediction", "confidence_score")  # the parcel spec's prediction and score
 BODY = {"order_id": 1, "user_id": 2, "package_id": 3, "route_id": 4}
 ANSWER = {
     "order_id": 1,
@@ -55,7 +56,7 @@ def client(tmp_path, monkeypatch):
         routing={"state_url": f"file://{tmp_path}/routing.json"},
     )
     app = create_app(load_config(config), Settings.from_env())
-    app.state.service = FakeService()  # no lifespan: no Feast, no Triton
+    app.state.services[app.state.config.model] = FakeService()  # no lifespan: no Feast, no Triton
     http = TestClient(app)
     http.headers["X-API-Key"] = key
     return http, app
@@ -66,7 +67,7 @@ def test_predict_answers_the_service_json(client):
     response = http.post("/v1/predict", json=BODY)
     assert response.status_code == 200 and response.headers["content-type"] == "application/json"
     assert response.json() == ANSWER
-    assert app.state.service.seen[0].route_id == 4
+    assert app.state.services[app.state.config.model].seen[0].route_id == 4
 
 
 def test_validation_errors_look_like_fastapis(client):
@@ -88,7 +89,9 @@ def test_auth_body_limit_and_service_refusals(client):
     assert http.post("/v1/predict", json=BODY, headers={"X-API-Key": "nope"}).status_code == 401
     huge = http.post("/v1/predict", json={**BODY, "pad": "x" * 50_000})
     assert huge.status_code == 413 and huge.json()["error"] == "body_too_large"
-    app.state.service = FakeService(StaleFeatures("package_features is 18.0 h old (budget 6 h)"))
+    app.state.services[app.state.config.model] = FakeService(
+        StaleFeatures("package_features is 18.0 h old (budget 6 h)")
+    )
     stale = http.post("/v1/predict", json=BODY)
     assert stale.status_code == 400
     assert stale.json() == {
@@ -116,18 +119,18 @@ def _answer(eta: list[float], confidence: list[float]) -> HttpAnswer:
 
 
 def test_triton_binary_answer_is_split_per_output():
-    eta, confidence = _outputs(_answer([1.5, 2.5, float("nan")], [0.1, 0.2, 0.3]), 1, 3)
+    eta, confidence = _outputs(_answer([1.5, 2.5, float("nan")], [0.1, 0.2, 0.3]), 1, 3, OUTPUTS)
     assert eta[:2].tolist() == [1.5, 2.5] and np.isnan(eta[2])
     assert confidence.tolist() == pytest.approx([0.1, 0.2, 0.3])
 
 
 def test_triton_errors_and_short_answers_are_model_failures():
     with pytest.raises(ModelFailure, match="HTTP 400 .*bad input"):
-        _outputs(HttpAnswer(400, None, b'{"error": "bad input"}'), 1, 1)
+        _outputs(HttpAnswer(400, None, b'{"error": "bad input"}'), 1, 1, OUTPUTS)
     with pytest.raises(ModelFailure, match="answered 2 rows for 3"):
-        _outputs(_answer([1.0, 2.0], [0.5, 0.5]), 1, 3)
+        _outputs(_answer([1.0, 2.0], [0.5, 0.5]), 1, 3, OUTPUTS)
     with pytest.raises(ModelFailure, match="unreadable answer"):
-        _outputs(HttpAnswer(200, 5, b"garbage"), 1, 1)
+        _outputs(HttpAnswer(200, 5, b"garbage"), 1, 1, OUTPUTS)
 
 
 def test_config_warms_each_instance_with_zero_rows_in_production_and_cpu_translation():
@@ -169,10 +172,10 @@ def test_metrics_stay_in_memory_in_a_process_that_inherited_feasts_multiprocess_
         "from prometheus_client import generate_latest\n"
         "from mlrelease.gateway.metrics import GatewayMetrics\n"
         "m = GatewayMetrics()\n"
-        "m.observe_answer('core', '1', 'model', 12.0, 0.9, 0.004)\n"
+        "m.for_model('parcel_eta').observe_answer('core', '1', 'model', 12.0, 0.9, 0.004)\n"
         "print(generate_latest(m.registry).decode())\n"
     )
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PROMETHEUS_MULTIPROCESS_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
-    assert 'mlrelease_gateway_requests_total{cohort="core",source="model",version="1"} 1.0' in out
+    assert 'mlrelease_gateway_requests_total{cohort="core",model="parcel_eta",source="model",version="1"} 1.0' in out
     assert list(tmp_path.iterdir()) == []

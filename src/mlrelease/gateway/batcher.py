@@ -64,6 +64,7 @@ class RowQueue:
     :param settings: batch size, delay and in-flight limit.
     :param ranges: the valid prediction and score; an answer outside them is a failure.
     :param observe: told the size of each batch sent.
+    :param outputs: the prediction's and the score's names (a failure's detail says what was answered).
     """
 
     def __init__(
@@ -74,8 +75,10 @@ class RowQueue:
         settings: BatchSettings,
         ranges: OutputRanges,
         observe: BatchObserver | None = None,
+        *,
+        outputs: tuple[str, str],
     ) -> None:
-        self.version, self.role = version, role
+        self.version, self.role, self.outputs = version, role, outputs
         self._call, self._settings, self._ranges, self._observe = call, settings, ranges, observe
         self._pending: deque[_Pending] = deque()
         self._in_flight = 0
@@ -157,7 +160,7 @@ class RowQueue:
                 continue
             problem = output_problem(p, c, self._ranges)
             if problem:
-                entry.future.set_exception(ModelFailure(problem, answered(self.version, p, c)))
+                entry.future.set_exception(ModelFailure(problem, answered(self.version, p, c, self.outputs)))
             else:
                 entry.future.set_result(ModelAnswer(p, c))
 
@@ -178,6 +181,7 @@ class MicroBatcher:
     :param settings: batch size, delay and in-flight limit (max_batch 1 turns batching off).
     :param ranges: the valid prediction and score; an answer outside them is a failure.
     :param observe: told the size of each batch sent.
+    :param outputs: the prediction's and the score's names.
     """
 
     def __init__(
@@ -186,8 +190,11 @@ class MicroBatcher:
         settings: BatchSettings,
         ranges: OutputRanges,
         observe: BatchObserver | None = None,
+        *,
+        outputs: tuple[str, str],
     ) -> None:
         self._call, self.settings, self._ranges, self._observe = call, settings, ranges, observe
+        self.outputs = outputs
         self._queues: dict[tuple[int, str], RowQueue] = {}
 
     async def predict(self, version: int, row: np.ndarray, timeout_s: float, role: str = "stable") -> ModelAnswer:
@@ -195,7 +202,7 @@ class MicroBatcher:
         queue = self._queues.get((version, role))
         if queue is None:
             queue = self._queues[version, role] = RowQueue(
-                version, role, self._call, self.settings, self._ranges, self._observe
+                version, role, self._call, self.settings, self._ranges, self._observe, outputs=self.outputs
             )
         return await queue.submit(row, timeout_s)
 

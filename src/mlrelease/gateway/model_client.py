@@ -1,4 +1,5 @@
-"""Async inference against the versions of one Triton model: batches of rows in, per-row outputs out.
+"""Async inference against the versions of one Triton model: batches of rows in, per-row outputs out (named by
+the model's release spec).
 
 Whole-call failures (an error status, a lost connection, a timeout, a malformed answer) raise
 ModelFailure; the per-row output checks live with the batcher, which knows which request owns a row.
@@ -16,10 +17,8 @@ import orjson
 
 from mlrelease.gateway.guard import OutputRanges, output_problem
 from mlrelease.gateway.triton_http import HttpAnswer, TritonHttp, TritonHttpError, infer_request
-from mlrelease.release_spec import process_spec
 from mlrelease.serving.triton_client import host_port
 
-OUTPUTS = process_spec().prediction_and_score()
 _DTYPES: dict[str, np.dtype[Any]] = {
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),
@@ -52,14 +51,16 @@ class TritonModelClient:
     :param url: Triton's HTTP endpoint, e.g. http://127.0.0.1:8000.
     :param model: the model name in the repository.
     :param ranges: the valid prediction and score; an answer outside them counts as a failure.
+    :param outputs: the names of the prediction and score outputs (the model's release spec).
     """
 
-    def __init__(self, url: str, model: str, ranges: OutputRanges) -> None:
+    def __init__(self, url: str, model: str, ranges: OutputRanges, outputs: tuple[str, str]) -> None:
         address, tls = host_port(url)
         if tls:  # the lean client speaks plain HTTP: Triton is reached inside the cluster, never over TLS
             raise ValueError(f"the gateway talks plain HTTP to Triton; {url} asks for TLS")
         host, port = address.rsplit(":", 1)
         self.model = model
+        self.outputs = outputs
         self._ranges = ranges
         self._quoted = quote(model)
         # Two pools: a slow stable version holding every connection must not make the candidate's
@@ -74,7 +75,7 @@ class TritonModelClient:
         n, n_features = rows.shape
         header = self._headers.get(n)
         if header is None:
-            header = self._headers[n] = infer_request(n, n_features, OUTPUTS)
+            header = self._headers[n] = infer_request(n, n_features, self.outputs)
         path = f"/v2/models/{self._quoted}/versions/{version}/infer"
         extra = f"Inference-Header-Content-Length: {len(header)}\r\n".encode()
         body = header + np.ascontiguousarray(rows, dtype=np.float32).tobytes()
@@ -85,7 +86,7 @@ class TritonModelClient:
             raise ModelFailure("timeout", f"version {version} did not answer in time") from None
         except TritonHttpError as exc:
             raise ModelFailure("error", f"version {version}: {exc}") from None
-        return _outputs(answer, version, n)
+        return _outputs(answer, version, n, self.outputs)
 
     async def predict(self, version: int, row: np.ndarray, timeout_s: float, role: str = "stable") -> ModelAnswer:
         """Prediction and score for one encoded row, unbatched; anything unusable raises ModelFailure."""
@@ -94,7 +95,7 @@ class TritonModelClient:
         p, c = float(prediction[0]), float(score[0])
         problem = output_problem(p, c, self._ranges)
         if problem:
-            raise ModelFailure(problem, answered(version, p, c))
+            raise ModelFailure(problem, answered(version, p, c, self.outputs))
         return ModelAnswer(p, c)
 
     async def version_ready(self, version: int) -> bool:
@@ -123,7 +124,7 @@ class TritonModelClient:
             pool.close()
 
 
-def _outputs(answer: HttpAnswer, version: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _outputs(answer: HttpAnswer, version: int, n: int, outputs: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
     """The two outputs of an inference answer, flattened to [n] each; anything else is a ModelFailure."""
     try:
         if answer.status != 200:
@@ -143,7 +144,7 @@ def _outputs(answer: HttpAnswer, version: int, n: int) -> tuple[np.ndarray, np.n
                     answer.body, dtype=dtype, count=size // dtype.itemsize, offset=offset
                 )
                 offset += size
-        prediction, score = (found[name].reshape(-1) for name in OUTPUTS)
+        prediction, score = (found[name].reshape(-1) for name in outputs)
     except ModelFailure:
         raise
     except (KeyError, ValueError, TypeError, AttributeError) as exc:  # orjson's decode error is a ValueError
@@ -153,6 +154,6 @@ def _outputs(answer: HttpAnswer, version: int, n: int) -> tuple[np.ndarray, np.n
     return prediction, score
 
 
-def answered(version: int, prediction: float, score: float) -> str:
+def answered(version: int, prediction: float, score: float, outputs: tuple[str, str]) -> str:
     """What a version answered, in its outputs' names (for a failure's detail)."""
-    return f"version {version} answered {OUTPUTS[0]}={prediction!r}, {OUTPUTS[1]}={score!r}"
+    return f"version {version} answered {outputs[0]}={prediction!r}, {outputs[1]}={score!r}"

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mlrelease.model.features import ENTITY_KEYS, FEATURE_SERVICE
-
 if TYPE_CHECKING:
     from feast import FeatureStore
+
+    from mlrelease.release_spec import Features
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +57,16 @@ class ViewPlan:
         return tuple(getattr(t, "name", None) in _PLAIN_TYPES for t in self.feature_types)
 
 
-def plan_views(store: FeatureStore, service: str = FEATURE_SERVICE) -> list[ViewPlan]:
-    """The feature service's views in its order, each with one of ENTITY_KEYS and a freshness budget tag."""
+def plan_views(store: FeatureStore, features: Features) -> list[ViewPlan]:
+    """The model's feature service's views in its order, each with one of its entity keys and a freshness budget tag."""
     plans = []
-    for projection in store.get_feature_service(service).feature_view_projections:
+    entity_keys = features.entity_keys
+    for projection in store.get_feature_service(features.service).feature_view_projections:
         # The same view object Feast's own pipeline reads with: the registry's view carrying this projection.
         view = store.get_feature_view(projection.name).with_projection(projection)
-        keys = [k for k in view.join_keys if k in ENTITY_KEYS]
+        keys = [k for k in view.join_keys if k in entity_keys]
         if len(keys) != 1 or "freshness_budget_hours" not in view.tags:
-            raise ValueError(f"feature view {view.name} needs one of {ENTITY_KEYS} and a freshness_budget_hours tag")
+            raise ValueError(f"feature view {view.name} needs one of {entity_keys} and a freshness_budget_hours tag")
         if not getattr(view, "enabled", True):
             raise ValueError(f"feature view {view.name} is disabled and cannot serve features")
         (key_column,) = [c for c in view.entity_columns if c.name == keys[0]]
@@ -89,14 +90,14 @@ class OnlineReader:
     """Reads the planned views for many (user, package, route) rows through the store's provider.
 
     :param store: an open Feast FeatureStore (SQLite or Redis online store).
-    :param service: the feature service whose views are read.
+    :param features: the model's input contract (its feature service's views are read, by its entity keys).
     """
 
-    def __init__(self, store: FeatureStore, service: str = FEATURE_SERVICE) -> None:
+    def __init__(self, store: FeatureStore, features: Features) -> None:
         from feast.protos.feast.types.EntityKey_pb2 import EntityKey
         from feast.type_map import feast_value_type_to_python_type, python_values_to_proto_values
 
-        self.plans = plan_views(store, service)
+        self.plans = plan_views(store, features)
         self._config = store.config
         self._provider = store.provider
         self._entity_key = EntityKey

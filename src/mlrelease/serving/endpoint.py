@@ -1,4 +1,4 @@
-"""Which Triton the steps talk to, and how its repository is fed in the embedded default."""
+"""How the repository of the Triton the steps talk to is fed and verified in the embedded default."""
 
 from __future__ import annotations
 
@@ -9,18 +9,13 @@ from typing import TYPE_CHECKING
 from mlrelease.registry import MODEL_NAME
 from mlrelease.serving.cpu_repo import sync_cpu_repository
 from mlrelease.serving.integrity import verify_policy
-from mlrelease.serving.local_layout import Ports, TritonPaths
+from mlrelease.serving.local_layout import TritonPaths
 from mlrelease.serving.triton_repo import disable_config, read_config
 from mlrelease.settings import Settings
 
 if TYPE_CHECKING:
     from mlrelease.registry import Registry
     from mlrelease.serving.triton_client import TritonClient
-
-
-def triton_url() -> str:
-    """MLRELEASE_TRITON_URL (a cluster's Triton service), else the local server's HTTP endpoint."""
-    return os.environ.get("MLRELEASE_TRITON_URL") or Ports.from_env().http_url
 
 
 def publish_to_local_server(settings: Settings, production_root: Path, *, registry: Registry | None = None) -> None:

@@ -219,3 +219,8 @@ def is_ready(ports: Ports) -> bool:
         return requests.get(f"{ports.http_url}/v2/health/ready", timeout=1).status_code == 200
     except requests.RequestException:
         return False
+
+
+def triton_url() -> str:
+    """MLRELEASE_TRITON_URL (a cluster's Triton service), else the local server's HTTP endpoint."""
+    return os.environ.get("MLRELEASE_TRITON_URL") or Ports.from_env().http_url

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from mlrelease.errors import GateFailed, StepError
 from mlrelease.registry import MODEL_NAME
-from mlrelease.serving.endpoint import disable_everywhere, publish_to_local_server, triton_url
+from mlrelease.serving.endpoint import disable_everywhere, publish_to_local_server
+from mlrelease.serving.local_layout import triton_url
 from mlrelease.serving.triton_client import TritonClient
 from mlrelease.serving.triton_repo import model_repository, read_config, set_version_policy
 from mlrelease.settings import Settings

@@ -11,8 +11,8 @@ from typing import Any
 from mlrelease.errors import GateFailed, StepError
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.rollout.gates import held_by_open_rollout
-from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.integrity import verify_version
+from mlrelease.serving.local_layout import triton_url
 from mlrelease.serving.local_triton import perf_analyzer_command
 from mlrelease.serving.perf import (
     Level,

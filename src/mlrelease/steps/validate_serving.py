@@ -18,8 +18,9 @@ from mlrelease.model.features import FEATURES
 from mlrelease.model.onnx_export import OUTPUTS
 from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.rollout.gates import held_by_open_rollout
-from mlrelease.serving.endpoint import publish_to_local_server, triton_url
+from mlrelease.serving.endpoint import publish_to_local_server
 from mlrelease.serving.integrity import verify_version
+from mlrelease.serving.local_layout import triton_url
 from mlrelease.serving.triton_client import TritonClient, TritonUnreachable, one_line_reason
 from mlrelease.serving.triton_repo import (
     model_repository,

@@ -8,7 +8,7 @@ from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME
 from mlrelease.rollout.consistency import ServingView, disagreements
 from mlrelease.rollout.context import RolloutContext
 from mlrelease.rollout.machine import Phase
-from mlrelease.serving.endpoint import triton_url
+from mlrelease.serving.local_layout import triton_url
 from mlrelease.settings import Settings
 
 
