@@ -153,9 +153,11 @@ def write_gateway_config(path: Path, **overrides: Any) -> Path:
 
 
 @contextmanager
-def gateway_process(config: Path, port: int, env: dict[str, str] | None = None, workers: int = 1) -> Iterator[str]:
-    """`mlrelease gateway` as a real process (`workers` uvicorn workers); yields its base URL once /healthz answers,
-    stops it afterwards."""
+def gateway_process(
+    config: Path, port: int, env: dict[str, str] | None = None, workers: int = 1, *, unset: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """`mlrelease gateway` as a real process (`workers` uvicorn workers; `env` over this process's environment, less
+    the `unset` variables); yields its base URL once /healthz answers, stops it afterwards."""
     import requests
 
     log = config.with_name(f"gateway-{port}.log")
@@ -165,7 +167,7 @@ def gateway_process(config: Path, port: int, env: dict[str, str] | None = None, 
             [str(binary), "gateway", "--config", str(config), "--port", str(port), "--workers", str(workers)],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset},
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -220,8 +222,11 @@ def redis_server(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]
 
 
 @contextmanager
-def background_traffic(url: str, bodies: list[dict[str, Any]], api_key: str, rate: float) -> Iterator[Any]:
-    """`mlrelease traffic` in a thread at `rate` req/s until the block ends; yields the report (filled on exit)."""
+def background_traffic(
+    url: str, bodies: list[dict[str, Any]], api_key: str, rate: float, path: str = "/v1/predict"
+) -> Iterator[Any]:
+    """`mlrelease traffic` in a thread at `rate` req/s to `path` until the block ends; yields the report (filled on
+    exit)."""
     import asyncio
     import threading
 
@@ -231,7 +236,9 @@ def background_traffic(url: str, bodies: list[dict[str, Any]], api_key: str, rat
     report = TrafficReport()
 
     def run() -> None:
-        done = asyncio.run(send(url, bodies, api_key=api_key, rate=rate, duration_s=3600, concurrency=64, stop=stop))
+        done = asyncio.run(
+            send(url, bodies, api_key=api_key, rate=rate, duration_s=3600, concurrency=64, stop=stop, path=path)
+        )
         report.__dict__.update(done.__dict__)
 
     thread = threading.Thread(target=run, name="background-traffic", daemon=True)

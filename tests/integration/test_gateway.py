@@ -21,6 +21,7 @@ from mlrelease.gateway.config import load_config
 from mlrelease.gateway.guard import output_ranges
 from mlrelease.model.features import FEATURES, encode_row
 from mlrelease.registry import MODEL_NAME
+from mlrelease.release_spec import process_spec
 from mlrelease.timewindow import parse_timestamp
 from mlrelease_drills.devkit import (
     ERRORS,
@@ -40,6 +41,7 @@ from tests.integration.serving_world import World, gateway_process, serving_worl
 
 pytestmark = pytest.mark.integration
 AS_OF = parse_timestamp(WINDOW_END, name="end")
+OUTPUTS = process_spec().prediction_and_score()  # the served model's output names
 
 
 @pytest.fixture(scope="module")
@@ -288,14 +290,16 @@ def test_metrics_per_cohort_and_version(world, gateway, pool):
     assert _metric(url, "mlrelease_gateway_request_latency_seconds_count", cohort="core", version="1") > 0
     assert _metric(url, "mlrelease_gateway_confidence_count", cohort="high_value", version="2") > 0
     assert _metric(url, "mlrelease_gateway_candidate_percent", cohort="high_value") == 100
-    assert requests.get(f"{url}/readyz").json() | {"routing_revision": None} == {
+    ready = requests.get(f"{url}/readyz").json()
+    this_model = {
         "ready": True,
         "mode": "model",
         "stable_ready": True,
-        "routing_revision": None,
+        "routing_revision": ready["routing_revision"],
         "stable_version": GOOD,
         "store_ok": True,
     }
+    assert ready == {**this_model, "models": {MODEL_NAME: this_model}}
 
 
 def test_rate_limit_per_client(gateway, slow_key):
@@ -525,18 +529,31 @@ def _in_process_service(world, candidate: int, **guard: float):
     name = f"batching-{candidate}"
     config = load_config(world.config_file(name, guard={"failures_to_trip": 1_000, **guard}))
     metrics = GatewayMetrics()
-    router = Router(open_routing_store(config.state_url(world.settings), MODEL_NAME), metrics, 0.2, MODEL_NAME)
+    router = Router(
+        open_routing_store(config.state_url(world.settings), MODEL_NAME), metrics.for_model(MODEL_NAME), 0.2, MODEL_NAME
+    )
     router.state = RoutingState(
         model=MODEL_NAME, stable_version=GOOD, candidate_version=candidate, candidate_percent={"*": 100.0}
     )
     ranges = output_ranges(config.spec)
-    model = TritonModelClient(world.triton_url, MODEL_NAME, ranges)
+    model = TritonModelClient(world.triton_url, MODEL_NAME, ranges, OUTPUTS)
     batches: list[tuple[int, str, int]] = []
 
     async def build() -> PredictService:
         settings = BatchSettings(config.batching.max_batch, config.batching.max_delay_ms / 1000)
-        batcher = MicroBatcher(model.infer_rows, settings, ranges, lambda v, role, n: batches.append((v, role, n)))
-        return PredictService(config, None, model, router, metrics, None, batcher)  # type: ignore[arg-type]
+        batcher = MicroBatcher(
+            model.infer_rows, settings, ranges, lambda v, role, n: batches.append((v, role, n)), outputs=OUTPUTS
+        )
+        return PredictService(
+            config,
+            config.spec,
+            None,
+            model,
+            router,
+            metrics.for_model(MODEL_NAME),
+            None,
+            batcher,  # type: ignore[arg-type]
+        )
 
     return build, batches, metrics
 
@@ -571,7 +588,7 @@ def test_a_nan_row_in_a_batch_fails_only_its_own_request_which_stable_answers(wo
         assert answer["eta_prediction"] == pytest.approx(float(direct["eta_prediction"][i]), rel=1e-6)
         assert answer["confidence_score"] == pytest.approx(float(direct["confidence_score"][i]), rel=1e-6)
     failures = metrics.registry.get_sample_value(
-        "mlrelease_gateway_model_failures_total", {"version": str(NAN_LONG_TAIL), "kind": "nan"}
+        "mlrelease_gateway_model_failures_total", {"model": MODEL_NAME, "version": str(NAN_LONG_TAIL), "kind": "nan"}
     )
     assert failures == int(rows["is_remote"].sum()) == 4
 
@@ -586,8 +603,10 @@ def test_answers_through_the_batcher_equal_tritons_row_by_row(world, pool):
 
     async def scenario():
         ranges = output_ranges(load_config().spec)
-        model = TritonModelClient(world.triton_url, MODEL_NAME, ranges)
-        batcher = MicroBatcher(model.infer_rows, BatchSettings(max_batch=16), ranges, lambda v, r, n: sizes.append(n))
+        model = TritonModelClient(world.triton_url, MODEL_NAME, ranges, OUTPUTS)
+        batcher = MicroBatcher(
+            model.infer_rows, BatchSettings(max_batch=16), ranges, lambda v, r, n: sizes.append(n), outputs=OUTPUTS
+        )
         try:
             return await asyncio.gather(
                 *(batcher.predict(GOOD, encode_row({k: r[k] for k in FEATURES}), 2.0) for _, r in rows.iterrows())
@@ -615,7 +634,7 @@ def test_a_candidate_timeout_inside_a_batch_retries_every_row_on_stable(world, p
     assert [a["model_version"] for a in answers] == [GOOD] * len(rows)
     assert [a["eta_prediction"] for a in answers] == pytest.approx([float(x) for x in stable["eta_prediction"]])
     timeouts = metrics.registry.get_sample_value(
-        "mlrelease_gateway_model_failures_total", {"version": str(SLOW), "kind": "timeout"}
+        "mlrelease_gateway_model_failures_total", {"model": MODEL_NAME, "version": str(SLOW), "kind": "timeout"}
     )
     assert timeouts == len(rows)
 
@@ -649,7 +668,7 @@ def _assert_reader_matches_feast(store, rows: list[dict[str, int]]) -> None:
     from mlrelease.gateway.online_reader import OnlineReader
     from mlrelease.model.features import FEATURE_SERVICE
 
-    reader = OnlineReader(store)
+    reader = OnlineReader(store, process_spec().features)
     service = store.get_feature_service(FEATURE_SERVICE)
     feast = store.get_online_features(features=service, entity_rows=rows).to_dict(include_event_timestamps=True)
     read = reader.read(rows)
@@ -683,7 +702,7 @@ def test_a_local_store_is_read_in_wal_mode_while_a_writer_holds_it(world, pool):
     from mlrelease.gateway.online_reader import OnlineReader
 
     store = open_store(world.settings)
-    reader = OnlineReader(store)
+    reader = OnlineReader(store, process_spec().features)
     assert reader.prepare_local_reads(busy_timeout_ms=200) is True
     feast_conn = store._provider.online_store._get_conn(store.config)
     path = feast_conn.execute("PRAGMA database_list").fetchone()[2]
@@ -720,7 +739,7 @@ def test_online_reader_on_redis_answers_what_get_online_features_answers(world, 
         store = open_store(settings)
         rows = _ids(pool.head(30)) + [{**_ids(pool.head(1))[0], "package_id": 987_654_321}]
         _assert_reader_matches_feast(store, rows)
-        lookup = FeatureLookup(OnlineReader(store), lambda: AS_OF)
+        lookup = FeatureLookup(OnlineReader(store, process_spec().features), lambda: AS_OF)
         *known, unknown = lookup.fetch_many(rows)
         assert all(isinstance(answer, dict) for answer in known)
         assert isinstance(unknown, UnknownEntity) and "package_id 987654321" in str(unknown)

@@ -43,11 +43,12 @@ def test_not_ready_until_a_routing_state_is_known(tmp_path, monkeypatch):
     monkeypatch.setenv("MLRELEASE_GATEWAY_CONFIG", str(config))
     reply = TestClient(create_app_from_env()).get("/readyz")  # no lifespan: nothing read, nothing opened
     assert reply.status_code == 503
-    assert reply.json() | {"store_ok": None} == {
+    unready = {
         "ready": False,
         "mode": "no_routing_state",
         "stable_ready": False,
         "routing_revision": None,
         "stable_version": None,
-        "store_ok": None,
+        "store_ok": True,  # no read failed (none was made: no lifespan)
     }
+    assert reply.json() == {**unready, "models": {"parcel_eta": unready}}

@@ -31,7 +31,8 @@ def _service(infer: Any) -> tuple[PredictService, _Router]:
     config = load_config(DEFAULT_CONFIG)
     router = _Router()
     model = SimpleNamespace(predict=infer)  # the model call under the service, faked
-    return PredictService(config, None, model, router, GatewayMetrics()), router  # type: ignore[arg-type]
+    metrics = GatewayMetrics().for_model(config.model)
+    return PredictService(config, config.spec, None, model, router, metrics), router  # type: ignore[arg-type]
 
 
 def _call(service: PredictService, version: int, candidate: bool) -> ModelAnswer | None:

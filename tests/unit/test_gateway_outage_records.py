@@ -67,7 +67,9 @@ def _serve_through_an_outage(directory) -> list[dict[str, Any]]:
     config = load_config(DEFAULT_CONFIG)
     decisions = DecisionLog(directory)
     model = SimpleNamespace(predict=_down)  # Triton down: every call of either version fails
-    service = PredictService(config, None, model, _Router(), GatewayMetrics(), decisions)  # type: ignore[arg-type]
+    service = PredictService(
+        config, config.spec, None, model, _Router(), GatewayMetrics().for_model(config.model), decisions
+    )  # type: ignore[arg-type]
 
     async def requests() -> list[dict[str, Any]]:
         return [
@@ -168,7 +170,9 @@ def test_the_candidate_is_not_tripped_by_an_outage_stable_rests_through(tmp_path
 
     model = SimpleNamespace(predict=triton)
     config = load_config(DEFAULT_CONFIG)
-    service = PredictService(config, None, model, router, GatewayMetrics(), DecisionLog(tmp_path))  # type: ignore[arg-type]
+    service = PredictService(
+        config, config.spec, None, model, router, GatewayMetrics().for_model(config.model), DecisionLog(tmp_path)
+    )  # type: ignore[arg-type]
 
     async def requests(first: int, n: int) -> None:
         for i in range(first, first + n):

@@ -26,7 +26,7 @@ def _write(store: FileRoutingStore, **fields) -> RoutingState:
 
 
 def _router(store) -> Router:
-    return Router(store, GatewayMetrics(), refresh_interval_s=0.05, model=MODEL)
+    return Router(store, GatewayMetrics().for_model(MODEL), refresh_interval_s=0.05, model=MODEL)
 
 
 async def _settle(router: Router) -> None:
@@ -209,7 +209,7 @@ def test_version_roles_follow_the_routing_state(tmp_path: Path):
     def roles(router: Router) -> dict[tuple[str, str], float]:
         samples = router.metrics.registry.get_sample_value
         return {
-            (v, r): samples("mlrelease_gateway_version_role", {"version": v, "role": r})
+            (v, r): samples("mlrelease_gateway_version_role", {"model": MODEL, "version": v, "role": r})
             for v in ("1", "2")
             for r in ("stable", "candidate")
         }

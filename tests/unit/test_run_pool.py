@@ -86,7 +86,16 @@ def _replicas(n: int, infer: Any) -> tuple[list[PredictService], list[_Router]]:
     routers = [_Router() for _ in range(n)]
     model = SimpleNamespace(predict=infer)
     services = [
-        PredictService(config, None, model, router, GatewayMetrics(), pool=pool, replica=f"r{i}")  # type: ignore[arg-type]
+        PredictService(
+            config,
+            config.spec,
+            None,
+            model,
+            router,
+            GatewayMetrics().for_model(config.model),
+            pool=pool,
+            replica=f"r{i}",
+        )  # type: ignore[arg-type]
         for i, router in enumerate(routers)
     ]
     return services, routers

@@ -1,4 +1,5 @@
-"""The gateway's ASGI app: FastAPI routes over PredictService, API keys, body limit, metrics and probes."""
+"""The gateway's ASGI app: FastAPI routes over one PredictService per served model, API keys, body limit, metrics
+and probes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import gc
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +28,7 @@ from mlrelease.gateway.batcher import BatchSettings, MicroBatcher
 from mlrelease.gateway.config import GatewayConfig, load_config
 from mlrelease.gateway.decision_log import DecisionLog
 from mlrelease.gateway.guard import OutputRanges, output_ranges
-from mlrelease.gateway.metrics import GatewayMetrics
+from mlrelease.gateway.metrics import GatewayMetrics, ModelMetrics
 from mlrelease.gateway.model_client import TritonModelClient
 from mlrelease.gateway.online_features import BatchingLookup, FeatureLookup, wall_clock
 from mlrelease.gateway.online_reader import OnlineReader
@@ -36,7 +37,8 @@ from mlrelease.gateway.router import Router
 from mlrelease.gateway.routing_store_factory import open_routing_store
 from mlrelease.gateway.run_pool_factory import open_run_pool
 from mlrelease.gateway.service import PredictService
-from mlrelease.serving.endpoint import triton_url
+from mlrelease.release_spec import ReleaseSpec, spec_named
+from mlrelease.serving.local_layout import triton_url
 from mlrelease.serving.triton_client import host_port
 from mlrelease.settings import Settings
 
@@ -101,7 +103,7 @@ def _replay_or_wall_clock(config: GatewayConfig) -> Callable[[], datetime]:
 
 
 def create_app(config: GatewayConfig, settings: Settings) -> FastAPI:
-    """The gateway app; stores, Triton and the routing refresh are opened in its lifespan."""
+    """The gateway app serving the config's models; stores, Triton and the routing refresh open in its lifespan."""
     metrics = GatewayMetrics()
     keys = read_keys(config.keys_file(settings))
     if config.auth.required and not keys.clients:
@@ -110,13 +112,17 @@ def create_app(config: GatewayConfig, settings: Settings) -> FastAPI:
             "(or set auth.required: false for a closed test network)"
         )
     host_port(config.triton_url or triton_url())  # a malformed URL fails here, not inside a worker's lifespan
-    router = Router(
-        open_routing_store(config.state_url(settings), config.model),
-        metrics,
-        config.routing.refresh_interval_s,
-        config.model,
-    )
-    app = FastAPI(title="mlrelease gateway", version="1", lifespan=_lifespan(config, settings, router, metrics))
+    specs = {name: spec_named(name) for name in config.served_models}  # an undeclared model fails here, named
+    routers = {
+        name: Router(
+            open_routing_store(config.state_url(settings, name), name),
+            metrics.for_model(name),
+            config.routing.refresh_interval_s,
+            name,
+        )
+        for name in config.served_models
+    }
+    app = FastAPI(title="mlrelease gateway", version="1", lifespan=_lifespan(config, settings, specs, routers, metrics))
     check_client = client_checker(config.auth, Authenticator(keys, config.auth.default_rate))
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes, metrics=metrics)
     # Added last, so it runs first: predict requests never pay for the body-limit wrapper or the router.
@@ -126,68 +132,89 @@ def create_app(config: GatewayConfig, settings: Settings) -> FastAPI:
         key_header=config.auth.header,
         max_body_bytes=config.max_body_bytes,
         metrics=metrics,
+        models=config.served_models,
     )
     authenticate = _authentication(config, check_client)
-    _add_api_routes(app, router, authenticate, config)
-    _add_ops_routes(app, router, metrics)
+    for name, spec in specs.items():
+        _add_model_routes(app, spec, routers[name], authenticate, default=name == config.model)
+    _add_ops_routes(app, routers, metrics)
     _install_error_handlers(app, metrics)
-    app.state.config, app.state.metrics, app.state.router = config, metrics, router
+    app.state.config, app.state.metrics, app.state.routers = config, metrics, routers
+    app.state.router = routers[config.model]  # the default model's (POST /v1/predict)
+    app.state.services = {}  # model -> PredictService, filled by the lifespan
     return app
 
 
 def _lifespan(
-    config: GatewayConfig, settings: Settings, router: Router, metrics: GatewayMetrics
+    config: GatewayConfig,
+    settings: Settings,
+    specs: dict[str, ReleaseSpec],
+    routers: dict[str, Router],
+    metrics: GatewayMetrics,
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from mlrelease.feast_store import open_store
 
-        # The service's views are resolved once here; each read then goes straight to the online store.
-        reader = OnlineReader(open_store(settings))
-        inline = reader.prepare_local_reads(busy_timeout_ms=config.feature_timeout_ms)
-        lookup = BatchingLookup(FeatureLookup(reader, _replay_or_wall_clock(config)), inline=inline)
-        ranges = output_ranges(config.spec)
-        model = TritonModelClient(config.triton_url or triton_url(), config.model, ranges)
-        batcher = await _batcher(config, model, metrics, ranges)
-        settings_log = config.decision_log
-        decisions = DecisionLog(
-            config.decision_dir(settings),
-            sample_rate=settings_log.sample_rate,
-            with_features=settings_log.features,
-            retention_hours=settings_log.retention_hours,
-        )
-        guard = config.guard
-        pool = (
-            open_run_pool(config.state_url(settings), config.model, guard.pool_heartbeat_s) if guard.pool_runs else None
-        )
-        service = PredictService(config, lookup, model, router, metrics, decisions, batcher, pool)
-        app.state.service = service
-        await router.refresh()
-        router.start()
-        decisions.start()
-        heartbeat = asyncio.create_task(_heartbeat(service, config.guard.pool_heartbeat_s)) if pool else None
-        # Everything imported and built so far lives as long as the process: keep it out of every later
-        # collection, which otherwise walks Feast's and pydantic's object graphs again and again under load.
-        gc.collect()
-        gc.freeze()
-        try:
+        store = open_store(settings)  # one Feast store; each model reads its own feature service through it
+        async with AsyncExitStack() as stack:
+            for name, spec in specs.items():
+                app.state.services[name] = await stack.enter_async_context(
+                    _served_model(config, settings, spec, store, routers[name], metrics.for_model(name))
+                )
+            # Everything imported and built so far lives as long as the process: keep it out of every later
+            # collection, which otherwise walks Feast's and pydantic's object graphs again and again under load.
+            gc.collect()
+            gc.freeze()
             yield
-        finally:
-            if heartbeat is not None:
-                heartbeat.cancel()
-                await asyncio.gather(heartbeat, return_exceptions=True)
-            if service.reporter is not None:
-                await service.reporter.close()
-            if pool is not None:
-                await pool.close()
-            await decisions.stop()
-            await router.stop()
-            await lookup.close()
-            if batcher is not None:
-                await batcher.close()
-            await model.close()
 
     return lifespan
+
+
+@asynccontextmanager
+async def _served_model(
+    config: GatewayConfig, settings: Settings, spec: ReleaseSpec, store: Any, router: Router, metrics: ModelMetrics
+) -> AsyncIterator[PredictService]:
+    """One served model's predict path, open for as long as the app runs: its feature reads, Triton client,
+    micro-batcher, decision log, failure-run pool and routing refresh (nothing shared with another model's)."""
+    # The service's views are resolved once here; each read then goes straight to the online store.
+    reader = OnlineReader(store, spec.features)
+    inline = reader.prepare_local_reads(busy_timeout_ms=config.feature_timeout_ms)
+    lookup = BatchingLookup(FeatureLookup(reader, _replay_or_wall_clock(config)), inline=inline)
+    ranges = output_ranges(spec)
+    model = TritonModelClient(config.triton_url or triton_url(), spec.name, ranges, spec.prediction_and_score())
+    batcher = await _batcher(config, model, metrics, ranges)
+    settings_log = config.decision_log
+    decisions = DecisionLog(
+        config.decision_dir(settings, spec.name),
+        sample_rate=settings_log.sample_rate,
+        with_features=settings_log.features,
+        retention_hours=settings_log.retention_hours,
+    )
+    guard = config.guard
+    state_url = config.state_url(settings, spec.name)
+    pool = open_run_pool(state_url, spec.name, guard.pool_heartbeat_s) if guard.pool_runs else None
+    service = PredictService(config, spec, lookup, model, router, metrics, decisions, batcher, pool)
+    await router.refresh()
+    router.start()
+    decisions.start()
+    heartbeat = asyncio.create_task(_heartbeat(service, guard.pool_heartbeat_s)) if pool else None
+    try:
+        yield service
+    finally:
+        if heartbeat is not None:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+        if service.reporter is not None:
+            await service.reporter.close()
+        if pool is not None:
+            await pool.close()
+        await decisions.stop()
+        await router.stop()
+        await lookup.close()
+        if batcher is not None:
+            await batcher.close()
+        await model.close()
 
 
 async def _heartbeat(service: PredictService, every_s: float) -> None:
@@ -198,7 +225,7 @@ async def _heartbeat(service: PredictService, every_s: float) -> None:
 
 
 async def _batcher(
-    config: GatewayConfig, model: TritonModelClient, metrics: GatewayMetrics, ranges: OutputRanges
+    config: GatewayConfig, model: TritonModelClient, metrics: ModelMetrics, ranges: OutputRanges
 ) -> MicroBatcher | None:
     """The micro-batcher (None when batching is off), its batch size capped by the model's max_batch_size."""
     batching = config.batching
@@ -210,13 +237,13 @@ async def _batcher(
         log.warning(
             "batching.max_batch %d is above %s's max_batch_size %d: using %d",
             max_batch,
-            config.model,
+            model.model,
             model_max,
             model_max,
         )
         max_batch = model_max
     settings = BatchSettings(max_batch, batching.max_delay_ms / 1000, batching.max_in_flight)
-    return MicroBatcher(model.infer_rows, settings, ranges, metrics.observe_batch)
+    return MicroBatcher(model.infer_rows, settings, ranges, metrics.observe_batch, outputs=model.outputs)
 
 
 def _authentication(config: GatewayConfig, check_client: Callable[[str | None], str]) -> Callable[..., Awaitable[str]]:
@@ -229,20 +256,42 @@ def _authentication(config: GatewayConfig, check_client: Callable[[str | None], 
     return authenticate
 
 
-def _add_api_routes(
-    app: FastAPI, router: Router, authenticate: Callable[..., Awaitable[str]], config: GatewayConfig
+def _add_model_routes(
+    app: FastAPI, spec: ReleaseSpec, router: Router, authenticate: Callable[..., Awaitable[str]], *, default: bool
 ) -> None:
-    @app.post("/v1/predict", response_model=response_model(config.spec), responses=ERROR_RESPONSES)
+    """One served model's documented operations: predict and routing at /v1/models/<name>/…, and at /v1/… for the
+    default model (the paths a one-model gateway always had)."""
+    prefixes = [f"/v1/models/{spec.name}", *(["/v1"] if default else [])]
+    for prefix in prefixes:
+        _add_predict_route(app, f"{prefix}/predict", spec, authenticate)
+        _add_routing_route(app, f"{prefix}/routing", router, authenticate)
+
+
+def _add_predict_route(app: FastAPI, path: str, spec: ReleaseSpec, authenticate: Callable[..., Awaitable[str]]) -> None:
+    @app.post(
+        path,
+        response_model=response_model(spec),
+        responses=ERROR_RESPONSES,
+        operation_id=f"predict_{spec.name}" + ("" if path.startswith("/v1/models/") else "_default"),
+        summary=f"Predict with {spec.name}",
+    )
     async def predict(request: Request, body: PredictRequest, client: str = Depends(authenticate)) -> Response:
         """Answer one order with the model version its cohort is routed to (the fallback rule if none can)."""
         # PredictEndpoint answers these requests before routing; this route documents the operation (OpenAPI)
         # and answers the same way wherever the app runs without that middleware.
-        service: PredictService = request.app.state.service
+        service: PredictService = request.app.state.services[spec.name]
         return Response(await answer_predict(service.predict, body), media_type="application/json")
 
-    @app.get("/v1/routing", responses={401: ERROR_RESPONSES[401], 429: ERROR_RESPONSES[429]})
+
+def _add_routing_route(app: FastAPI, path: str, router: Router, authenticate: Callable[..., Awaitable[str]]) -> None:
+    @app.get(
+        path,
+        responses={401: ERROR_RESPONSES[401], 429: ERROR_RESPONSES[429]},
+        operation_id=f"routing_{router.model}" + ("" if path.startswith("/v1/models/") else "_default"),
+        summary=f"Routing of {router.model}",
+    )
     async def routing(client: str = Depends(authenticate)) -> dict[str, Any]:
-        """The routing state this replica serves with, its own guard trips, and any error reading the store."""
+        """The model's routing state on this replica, its own guard trips, and any error reading the store."""
         state = router.state
         return {
             "state": state.model_dump(mode="json") if state else None,
@@ -252,7 +301,7 @@ def _add_api_routes(
         }
 
 
-def _add_ops_routes(app: FastAPI, router: Router, metrics: GatewayMetrics) -> None:
+def _add_ops_routes(app: FastAPI, routers: dict[str, Router], metrics: GatewayMetrics) -> None:
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         """Liveness: the process answers."""
@@ -260,29 +309,41 @@ def _add_ops_routes(app: FastAPI, router: Router, metrics: GatewayMetrics) -> No
 
     @app.get("/readyz", responses={503: {"description": "not ready; the body says why"}})
     async def readyz(request: Request, response: Response) -> dict[str, Any]:
-        """Readiness: a routing state is known, so every request gets an answer (the model's, or the rule's).
+        """Readiness: a routing state is known for a served model, so its requests get an answer (the model's, or
+        the rule's); `models` tells each served model's state, the top-level fields the default model's.
 
         Triton without a ready stable version degrades the answers, not the gateway: `mode` says
         `rule_fallback`, and the replica stays in its Service. Were it unready, a Triton restart longer than
         the probe's window would take every replica out at once, though each could still answer by the rule.
+        Likewise a model with no routing state yet (before its first release) does not take the others'
+        replicas out: the replica is ready while any served model has a state.
         """
-        state = router.state
-        if state is None:
+        services = request.app.state.services
+        each = {name: await _model_readiness(router, services.get(name)) for name, router in routers.items()}
+        ready = any(model["ready"] for model in each.values())
+        if not ready:
             response.status_code = 503
-        stable_ready = state is not None and await request.app.state.service.model.version_ready(state.stable_version)
-        return {
-            "ready": state is not None,
-            "mode": "model" if stable_ready else ("rule_fallback" if state is not None else "no_routing_state"),
-            "stable_ready": stable_ready,
-            "routing_revision": state.revision if state else None,
-            "stable_version": state.stable_version if state else None,
-            "store_ok": router.last_error is None,  # details only on the authenticated /v1/routing
-        }
+        default = each[request.app.state.config.model]
+        return {**default, "ready": ready, "models": each}
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus() -> Response:
         """Prometheus exposition of this process's metrics."""
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _model_readiness(router: Router, service: PredictService | None) -> dict[str, Any]:
+    """One served model's readiness: whether a routing state is known, and whether its stable version answers."""
+    state = router.state
+    stable_ready = state is not None and service is not None and await service.model.version_ready(state.stable_version)
+    return {
+        "ready": state is not None,
+        "mode": "model" if stable_ready else ("rule_fallback" if state is not None else "no_routing_state"),
+        "stable_ready": stable_ready,
+        "routing_revision": state.revision if state else None,
+        "stable_version": state.stable_version if state else None,
+        "store_ok": router.last_error is None,  # details only on the authenticated /v1/…/routing
+    }
 
 
 def _install_error_handlers(app: FastAPI, metrics: GatewayMetrics) -> None:

@@ -23,8 +23,10 @@ def _config(args: argparse.Namespace) -> Any:
     from mlrelease.release_spec import bind_process_model
 
     config = load_config(args.config, replay_as_of=getattr(args, "as_of", None))
-    # The gateway's modules read their model's contracts at import: this process serves the config's model.
-    bind_process_model(config.model, named_by="the gateway config's model")
+    if len(config.served_models) == 1:
+        # Steps' modules this command may import read the process model's contracts: it is the config's model.
+        # A gateway serving several models binds none: each model's path holds its own spec (gateway/app.py).
+        bind_process_model(config.model, named_by="the gateway config's model")
     return config
 
 
@@ -101,10 +103,24 @@ def _cmd_key_add(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
     return {"client": args.name, "api_key": add_client(path, args.name, rate), "keys_file": str(path)}
 
 
+def _acting_config(args: argparse.Namespace) -> Any:
+    """The gateway config as seen by a routing or traffic command: `model` is the model it acts on — the config's
+    own, or, for a gateway serving several, the model this process releases (MLRELEASE_MODEL), one of them."""
+    config = _config(args)
+    if len(config.served_models) == 1:
+        return config
+    from mlrelease.release_spec import process_spec
+
+    model = process_spec().name
+    if model not in config.served_models:
+        raise StepError(f"the gateway config serves {list(config.served_models)}, not {model!r} (MLRELEASE_MODEL)")
+    return config.model_copy(update={"model": model})
+
+
 def _store(args: argparse.Namespace, settings: Settings) -> Any:
     from mlrelease.gateway.routing_store_factory import open_routing_store
 
-    config = _config(args)
+    config = _acting_config(args)
     return config, open_routing_store(config.state_url(settings), config.model)
 
 
@@ -138,7 +154,7 @@ def _cmd_routing_set(args: argparse.Namespace, settings: Settings) -> dict[str, 
     def mutate(current: Any) -> Any:
         state = updated_state(current, args, config)
         if not args.skip_triton_check:  # inside the write: the checked document is the one stored
-            from mlrelease.serving.endpoint import triton_url
+            from mlrelease.serving.local_layout import triton_url
             from mlrelease.serving.triton_client import require_ready
 
             require_ready(config.triton_url or triton_url(), config.model, state.serving_versions())
@@ -176,7 +192,7 @@ def updated_state(current: Any, args: argparse.Namespace, config: Any) -> Any:
 def _cmd_traffic(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     from mlrelease.gateway import traffic
 
-    config = _config(args)
+    config = _acting_config(args)
     traffic.require_loopback(args.url)
     if args.duration <= 0 or args.concurrency < 1 or args.rate < 0:
         raise StepError("--duration must be positive, --concurrency at least 1 and --rate at least 0")
@@ -201,6 +217,7 @@ def _cmd_traffic(args: argparse.Namespace, settings: Settings) -> dict[str, Any]
             concurrency=args.concurrency,
             header=config.auth.header,
             stop=stop,
+            path=f"/v1/models/{config.model}/predict",  # the model's own path: any gateway serving it answers
         )
     )
     return {"as_of": as_of.isoformat(), "pool_size": len(pool), **report.summary()}
@@ -210,7 +227,7 @@ def _cmd_routing_init(args: argparse.Namespace, settings: Settings) -> dict[str,
     """Point stable at the MLflow champion when no rollout holds the routing (after a first release)."""
     from mlrelease.gateway.routing_state import RoutingState
     from mlrelease.registry import CHAMPION, Registry
-    from mlrelease.serving.endpoint import triton_url
+    from mlrelease.serving.local_layout import triton_url
     from mlrelease.serving.triton_client import require_ready
 
     config, store = _store(args, settings)

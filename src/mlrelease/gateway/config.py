@@ -116,8 +116,14 @@ class DecisionLogConfig(StrictModel):
 class GatewayConfig(StrictModel):
     """Everything `mlrelease gateway` reads at start-up."""
 
-    # The model this gateway serves (a declared release spec); the gateway process releases it (MLRELEASE_MODEL).
+    # The model POST /v1/predict answers (a declared release spec): by default the first of `models`, else the model
+    # this process releases (MLRELEASE_MODEL, else the only spec). `mlrelease routing …` manages its routing state.
     model: str = Field(default_factory=lambda: process_spec().name)
+    models: tuple[str, ...] = Field(
+        (),
+        description="every model this gateway serves, each at POST /v1/models/<name>/predict with its own routing "
+        "state, guard, decision log and metrics label; empty: `model` alone",
+    )
     triton_url: str = Field("", description="empty: MLRELEASE_TRITON_URL, else the local server")
     max_body_bytes: int = Field(16_384, ge=256)
     feature_timeout_ms: float = Field(1000.0, gt=0, description="an online lookup slower than this is a 503")
@@ -132,6 +138,38 @@ class GatewayConfig(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _default_model_is_the_first_served(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and raw.get("models") and "model" not in raw:
+            return {**raw, "model": raw["models"][0]}
+        return raw
+
+    @model_validator(mode="after")
+    def _one_state_per_model(self) -> GatewayConfig:
+        if len(set(self.models)) != len(self.models):
+            raise ValueError(f"models: {list(self.models)} names a model twice")
+        if self.models and self.model not in self.models:
+            raise ValueError(f"model: {self.model!r} (the model POST /v1/predict answers) is not one of models")
+        if len(self.served_models) > 1:
+            # One file or folder cannot hold several models' routing documents or decision logs apart.
+            if self.routing.state_url.startswith("file:"):
+                raise ValueError(
+                    "routing.state_url: a file holds one model's routing state; a gateway serving several models "
+                    'needs redis://… (keyed per model) or "" (each model\'s file under MLRELEASE_HOME)'
+                )
+            if self.decision_log.directory:
+                raise ValueError(
+                    "decision_log.directory: a gateway serving several models writes each model's log under "
+                    "$MLRELEASE_HOME/gateway/<model>/decisions; leave it empty"
+                )
+        return self
+
+    @property
+    def served_models(self) -> tuple[str, ...]:
+        """Every model this gateway serves, the default model (`model`) first."""
+        return (self.model, *(m for m in self.models if m != self.model))
+
+    @model_validator(mode="before")
+    @classmethod
     def _no_model_blocks_here(cls, raw: Any) -> Any:
         for key in ("cohorts", "fallback"):  # an older gateway.yaml: say where they live now
             if isinstance(raw, dict) and key in raw:
@@ -143,12 +181,12 @@ class GatewayConfig(StrictModel):
 
     @property
     def spec(self) -> ReleaseSpec:
-        """The served model's release spec (its cohorts, outputs and fallback)."""
+        """The default model's release spec (its cohorts, outputs and fallback)."""
         return spec_named(self.model)
 
     @property
     def cohorts(self) -> CohortConfig:
-        """The served model's cohort rules and bucket key, from its release spec."""
+        """The default model's cohort rules and bucket key, from its release spec."""
         return self.spec.cohorts
 
     @field_validator("replay_as_of")
@@ -158,13 +196,13 @@ class GatewayConfig(StrictModel):
             raise ValueError("replay_as_of needs a timezone, e.g. 2026-11-29T02:00:00Z")
         return value
 
-    def state_url(self, settings: Settings) -> str:
-        """The routing-state URL, defaulting to the model's file under MLRELEASE_HOME."""
-        return self.routing.state_url or f"file://{model_state_dir(settings, self.model) / 'routing.json'}"
+    def state_url(self, settings: Settings, model: str | None = None) -> str:
+        """A served model's routing-state URL (default: `model`'s), defaulting to its file under MLRELEASE_HOME."""
+        return self.routing.state_url or f"file://{model_state_dir(settings, model or self.model) / 'routing.json'}"
 
-    def decision_dir(self, settings: Settings) -> Path:
-        """Where every replica writes its decision log (by default the model's own folder)."""
-        return Path(self.decision_log.directory or model_state_dir(settings, self.model) / "decisions")
+    def decision_dir(self, settings: Settings, model: str | None = None) -> Path:
+        """Where every replica writes a served model's decision log (by default the model's own folder)."""
+        return Path(self.decision_log.directory or model_state_dir(settings, model or self.model) / "decisions")
 
     def keys_file(self, settings: Settings) -> Path:
         """The API keys file."""

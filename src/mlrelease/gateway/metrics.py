@@ -23,89 +23,154 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class GatewayMetrics:
-    """Every metric the gateway exports; labels are cohort × version (version "none" for the fallback rule)."""
+    """Every metric one gateway process exports. Each model's series carry a `model` label first (a gateway may
+    serve several models: a version number means nothing without its model); then cohort × version (version "none"
+    for the fallback rule). Rejections come before a request's model is known and have no model label."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self._answer_children: dict[tuple[str, str, str], tuple[Any, ...]] = {}
-        self._batch_children: dict[tuple[int, str], Any] = {}
+        self._models: dict[str, ModelMetrics] = {}
         r = self.registry
         self.requests = Counter(
-            f"{PREFIX}_requests", "Answered predictions.", ["cohort", "version", "source"], registry=r
+            f"{PREFIX}_requests", "Answered predictions.", ["model", "cohort", "version", "source"], registry=r
         )
         self.rejections = Counter(f"{PREFIX}_rejections", "Requests refused, by reason.", ["reason"], registry=r)
         self.model_failures = Counter(
             f"{PREFIX}_model_failures",
             "Hard failures of a version (retried elsewhere).",
-            ["version", "kind"],
+            ["model", "version", "kind"],
             registry=r,
         )
         self.latency = Histogram(
             f"{PREFIX}_request_latency_seconds",
             "End-to-end predict latency.",
-            ["cohort", "version"],
+            ["model", "cohort", "version"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.model_latency = Histogram(
-            f"{PREFIX}_model_latency_seconds", "Triton call latency.", ["version"], buckets=LATENCY_BUCKETS, registry=r
+            f"{PREFIX}_model_latency_seconds",
+            "Triton call latency.",
+            ["model", "version"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.batch_rows = Histogram(
             f"{PREFIX}_model_batch_rows",
             "Rows per Triton call the gateway sent (micro-batching).",
-            ["version", "role"],
+            ["model", "version", "role"],
             buckets=BATCH_BUCKETS,
             registry=r,
         )
         self.feature_latency = Histogram(
-            f"{PREFIX}_feature_latency_seconds", "Feast online lookup latency.", buckets=LATENCY_BUCKETS, registry=r
+            f"{PREFIX}_feature_latency_seconds",
+            "Feast online lookup latency.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.confidence = Histogram(
             f"{PREFIX}_confidence",
-            "confidence_score served.",
-            ["cohort", "version"],
+            "The score output served (the release spec's score: a confidence or a probability).",
+            ["model", "cohort", "version"],
             buckets=CONFIDENCE_BUCKETS,
             registry=r,
         )
         self.low_confidence = Counter(
             f"{PREFIX}_low_confidence",
-            f"Predictions served with confidence_score < {LOW_CONFIDENCE}.",
-            ["cohort", "version"],
+            f"Predictions served with a score < {LOW_CONFIDENCE}.",
+            ["model", "cohort", "version"],
             registry=r,
         )
         self.prediction = Histogram(
             f"{PREFIX}_eta_prediction_hours",
-            "eta_prediction served.",
-            ["cohort", "version"],
+            "The prediction output served (the release spec's prediction).",
+            ["model", "cohort", "version"],
             buckets=ETA_BUCKETS,
             registry=r,
         )
         self.breaker_state = Gauge(
-            f"{PREFIX}_breaker_state", "Per-version breaker: 0 closed, 1 open, 2 half-open.", ["version"], registry=r
+            f"{PREFIX}_breaker_state",
+            "Per-version breaker: 0 closed, 1 open, 2 half-open.",
+            ["model", "version"],
+            registry=r,
         )
-        self.guard_trips = Counter(f"{PREFIX}_guard_trips", "Candidate versions tripped.", ["version"], registry=r)
-        self.routing_revision = Gauge(f"{PREFIX}_routing_revision", "Revision of the routing state in use.", registry=r)
+        self.guard_trips = Counter(
+            f"{PREFIX}_guard_trips", "Candidate versions tripped.", ["model", "version"], registry=r
+        )
+        self.routing_revision = Gauge(
+            f"{PREFIX}_routing_revision", "Revision of the routing state in use.", ["model"], registry=r
+        )
         self.routing_errors = Counter(
             f"{PREFIX}_routing_state_errors",
             "Routing state reads that failed (kept the last good).",
-            ["reason"],
+            ["model", "reason"],
             registry=r,
         )
         self.candidate_percent = Gauge(
             f"{PREFIX}_candidate_percent",
             "Share of a cohort's traffic routed to the candidate.",
-            ["cohort"],
+            ["model", "cohort"],
             registry=r,
         )
         # Lets alerts and dashboards compare the candidate with stable by role, not by guessing from numbers.
         self.version_role = Gauge(
             f"{PREFIX}_version_role",
             "1 when the routing state gives the version this role (stable or candidate), else 0.",
-            ["version", "role"],
+            ["model", "version", "role"],
             registry=r,
         )
 
-    def observe_answer(self, cohort: str, version: str, source: str, eta: float, confidence: float, s: float) -> None:
+    def for_model(self, model: str) -> ModelMetrics:
+        """The series of one served model (its `model` label given), made once per model."""
+        if model not in self._models:
+            self._models[model] = ModelMetrics(self, model)
+        return self._models[model]
+
+
+class _Bound:
+    """A metric with its `model` label given: `labels(...)` takes the labels after it."""
+
+    __slots__ = ("_metric", "_model")
+
+    def __init__(self, metric: Any, model: str) -> None:
+        self._metric, self._model = metric, model
+
+    def labels(self, *values: str) -> Any:
+        """The child for `values` (the labels after `model`)."""
+        return self._metric.labels(self._model, *values)
+
+
+class ModelMetrics:
+    """One served model's view of the gateway's metrics: the same names as GatewayMetrics, the model label bound.
+
+    :param metrics: the process's metrics.
+    :param model: the served model's name.
+    """
+
+    def __init__(self, metrics: GatewayMetrics, model: str) -> None:
+        self.model = model
+        self.registry = metrics.registry  # where the series live (the process's one registry)
+        self.rejections = metrics.rejections
+        self.requests = _Bound(metrics.requests, model)
+        self.model_failures = _Bound(metrics.model_failures, model)
+        self.latency = _Bound(metrics.latency, model)
+        self.model_latency = _Bound(metrics.model_latency, model)
+        self.batch_rows = _Bound(metrics.batch_rows, model)
+        self.confidence = _Bound(metrics.confidence, model)
+        self.low_confidence = _Bound(metrics.low_confidence, model)
+        self.prediction = _Bound(metrics.prediction, model)
+        self.breaker_state = _Bound(metrics.breaker_state, model)
+        self.guard_trips = _Bound(metrics.guard_trips, model)
+        self.routing_errors = _Bound(metrics.routing_errors, model)
+        self.candidate_percent = _Bound(metrics.candidate_percent, model)
+        self.version_role = _Bound(metrics.version_role, model)
+        self.feature_latency = metrics.feature_latency.labels(model)
+        self.routing_revision = metrics.routing_revision.labels(model)
+        self._answer_children: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+        self._batch_children: dict[tuple[int, str], Any] = {}
+
+    def observe_answer(self, cohort: str, version: str, source: str, prediction: float, score: float, s: float) -> None:
         """Record one answered prediction."""
         key = (cohort, version, source)
         children = self._answer_children.get(key)
@@ -117,12 +182,12 @@ class GatewayMetrics:
                 self.prediction.labels(cohort, version),
                 self.low_confidence.labels(cohort, version),
             )
-        requests, latency, confidence_hist, prediction, low = children
+        requests, latency, score_hist, prediction_hist, low = children
         requests.inc()
         latency.observe(s)
-        confidence_hist.observe(confidence)
-        prediction.observe(eta)
-        if confidence < LOW_CONFIDENCE:
+        score_hist.observe(score)
+        prediction_hist.observe(prediction)
+        if score < LOW_CONFIDENCE:
             low.inc()
 
     def observe_batch(self, version: int, role: str, rows: int) -> None:

@@ -1,4 +1,5 @@
-"""POST /v1/predict answered straight from ASGI, ahead of FastAPI's routing, dependencies and response handling.
+"""POST /v1/models/<name>/predict (and /v1/predict, the default model's) answered straight from ASGI, ahead of
+FastAPI's routing, dependencies and response handling.
 
 The documented FastAPI route (OpenAPI, /docs) stays; this middleware answers the same contract first,
 because the framework's per-request machinery (middleware closures, dependency solving, body parsing
@@ -20,18 +21,22 @@ from mlrelease.gateway.api_errors import ApiError, answer_predict
 from mlrelease.gateway.api_models import PredictRequest
 from mlrelease.gateway.metrics import GatewayMetrics
 
-PATH = "/v1/predict"
+DEFAULT_PATH = "/v1/predict"
+_MODEL_PREFIX, _PREDICT_SUFFIX = "/v1/models/", "/predict"
 _JSON = (b"content-type", b"application/json")
 
 
 class PredictEndpoint:
-    """ASGI middleware: answers POST /v1/predict itself, passes everything else on.
+    """ASGI middleware: answers every served model's predict requests itself, passes everything else on.
+
+    A predict path naming a model this gateway does not serve is a 404 `unknown_model` naming the ones it does.
 
     :param app: the rest of the app (FastAPI).
     :param check_client: API key value -> client name (raises ApiError 401/429).
     :param key_header: the API key header's name.
     :param max_body_bytes: larger bodies are refused with 413.
     :param metrics: rejections are counted here.
+    :param models: the served models, the default one (POST /v1/predict) first.
     """
 
     def __init__(
@@ -41,13 +46,19 @@ class PredictEndpoint:
         key_header: str,
         max_body_bytes: int,
         metrics: GatewayMetrics,
+        models: tuple[str, ...],
     ) -> None:
         self.app, self.check_client, self.max_body_bytes, self.metrics = app, check_client, max_body_bytes, metrics
         self._key_header = key_header.lower().encode("latin-1")
+        self._models = models
+        self._paths = {DEFAULT_PATH: models[0], **{f"{_MODEL_PREFIX}{m}{_PREDICT_SUFFIX}": m for m in models}}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer a predict request; anything else goes to the app."""
-        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
+        model = self._paths.get(scope["path"]) if scope["type"] == "http" else None
+        if model is None and scope["type"] == "http" and _names_a_model(scope["path"]):
+            model = ""  # a predict path for a model not served here: answered below with a 404 naming the served ones
+        if model is None or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
         key = content_length = content_type = None
@@ -62,7 +73,7 @@ class PredictEndpoint:
             raw = await self._body(receive, content_length)
             if raw is None:  # the client went away
                 return
-            status, body = 200, await self._predict(scope, raw, content_type, key)
+            status, body = 200, await self._predict(scope, model, raw, content_type, key)
             headers = [_JSON]
         except ApiError as exc:
             self.metrics.rejections.labels(exc.error).inc()
@@ -96,7 +107,15 @@ class PredictEndpoint:
     def _too_large(self) -> ApiError:
         return ApiError(413, "body_too_large", f"body over {self.max_body_bytes} bytes")
 
-    async def _predict(self, scope: Scope, raw: bytes, content_type: bytes | None, key: str | None) -> bytes:
+    async def _predict(
+        self, scope: Scope, model: str, raw: bytes, content_type: bytes | None, key: str | None
+    ) -> bytes:
+        if not model:  # the served models' names only to a known client
+            self.check_client(key)
+            asked = scope["path"][len(_MODEL_PREFIX) : -len(_PREDICT_SUFFIX)]
+            raise ApiError(
+                404, "unknown_model", f"this gateway serves no model {asked!r}; it serves {list(self._models)}"
+            )
         payload: Any = None
         if raw and _is_json(content_type):
             try:
@@ -123,7 +142,7 @@ class PredictEndpoint:
         except ValidationError as exc:
             errors = exc.errors(include_url=False)
             raise _Invalid([{**e, "loc": ["body", *e["loc"]]} for e in errors]) from None
-        return await answer_predict(scope["app"].state.service.predict, request)
+        return await answer_predict(scope["app"].state.services[model].predict, request)
 
 
 class _Invalid(Exception):
@@ -132,6 +151,14 @@ class _Invalid(Exception):
     def __init__(self, errors: list[dict[str, Any]]) -> None:
         super().__init__("invalid request")
         self.errors = errors
+
+
+def _names_a_model(path: str) -> bool:
+    """Whether `path` is /v1/models/<one segment>/predict."""
+    if not (path.startswith(_MODEL_PREFIX) and path.endswith(_PREDICT_SUFFIX)):
+        return False
+    name = path[len(_MODEL_PREFIX) : -len(_PREDICT_SUFFIX)]
+    return bool(name) and "/" not in name
 
 
 def _is_json(content_type: bytes | None) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from mlrelease.errors import StepError
-from mlrelease.gateway.metrics import GatewayMetrics
+from mlrelease.gateway.metrics import ModelMetrics
 from mlrelease.gateway.routing_state import GuardTrip, Role, RoutingState, choose
 from mlrelease.gateway.routing_store import RoutingStateCorrupt, RoutingStore
 
@@ -35,12 +35,12 @@ class Router:
     """Holds the current RoutingState and this replica's guard trips.
 
     :param store: where the routing document lives.
-    :param metrics: the gateway's metrics.
+    :param metrics: the served model's metrics.
     :param refresh_interval_s: how often the store is read.
     :param model: the model this gateway serves (a document for another model is refused).
     """
 
-    def __init__(self, store: RoutingStore, metrics: GatewayMetrics, refresh_interval_s: float, model: str) -> None:
+    def __init__(self, store: RoutingStore, metrics: ModelMetrics, refresh_interval_s: float, model: str) -> None:
         self.store = store
         self.model = model
         self.metrics = metrics

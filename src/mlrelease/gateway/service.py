@@ -16,14 +16,15 @@ from mlrelease.gateway.cohorts import assign_cohort, bucket
 from mlrelease.gateway.config import GatewayConfig
 from mlrelease.gateway.decision_log import DecisionLog
 from mlrelease.gateway.guard import BreakerState, CircuitBreaker
-from mlrelease.gateway.metrics import GatewayMetrics
+from mlrelease.gateway.metrics import ModelMetrics
 from mlrelease.gateway.model_client import ModelAnswer, ModelFailure, TritonModelClient
 from mlrelease.gateway.online_features import BatchingLookup, FeatureStoreUnavailable
 from mlrelease.gateway.router import REPLICA, Router
 from mlrelease.gateway.routing_state import assigned_version
 from mlrelease.gateway.run_pool import RunPool, RunReporter
 from mlrelease.gateway.split_guard import SplitGuard
-from mlrelease.model.features import encode_row
+from mlrelease.model.feature_codec import FeatureCodec
+from mlrelease.release_spec import ReleaseSpec
 
 INVALID_ANSWERS = ("nan", "out_of_range")  # answers no version may give: judged exactly, not against stable
 
@@ -36,10 +37,11 @@ class PredictService:
     """Answers one PredictRequest; the HTTP layer maps its exceptions to responses.
 
     :param config: the gateway config.
+    :param spec: the served model's release spec (its features, cohorts, outputs and fallback).
     :param lookup: Feast online lookup with freshness checks (batched).
     :param model: async Triton client.
     :param router: current routing state and local trips.
-    :param metrics: metrics to record into.
+    :param metrics: the served model's metrics.
     :param decisions: the decision log every model call is recorded in.
     :param batcher: coalesces concurrent rows per version into one Triton call (None: one call per request).
     :param pool: where the replicas pool the candidate's failure runs (None: this replica's own runs only).
@@ -49,18 +51,20 @@ class PredictService:
     def __init__(
         self,
         config: GatewayConfig,
+        spec: ReleaseSpec,
         lookup: BatchingLookup,
         model: TritonModelClient,
         router: Router,
-        metrics: GatewayMetrics,
+        metrics: ModelMetrics,
         decisions: DecisionLog | None = None,
         batcher: MicroBatcher | None = None,
         pool: RunPool | None = None,
         replica: str = REPLICA,
     ) -> None:
         self.config = config
-        spec = config.spec  # the model's rules and outputs, looked up in its spec once, not on every request
+        self.spec = spec  # the model's rules and outputs, looked up in its spec once, not on every request
         self.cohorts = spec.cohorts
+        self._encode_row = FeatureCodec(spec.features).encode_row
         self._outputs = spec.prediction_and_score()  # the response's field names
         self._fallback = spec.fallback_answer()
         self.lookup = lookup
@@ -134,7 +138,7 @@ class PredictService:
         version, role = route
         # The arm the request is judged in is its user's assignment, whoever answers it (see rollout/windows.py).
         call = _Call(cohort, assigned_version(state, cohort, canary_bucket), zlib.crc32(str(user).encode()))
-        row = encode_row(features)
+        row = self._encode_row(features)
         answer: ModelAnswer | None = None
         source: Literal["model", "fallback_rule"]
         if role == "candidate":

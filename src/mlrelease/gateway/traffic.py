@@ -158,9 +158,10 @@ async def send(
     header: str = "X-API-Key",
     stop: threading.Event | None = None,
     max_requests: int = MAX_REQUESTS,
+    path: str = "/v1/predict",
 ) -> TrafficReport:
-    """POST bodies (cycled) to {url}/v1/predict for `duration_s` (or until `stop` is set, or `max_requests` were
-    sent): `rate` per second, or closed loop when rate is 0."""
+    """POST bodies (cycled) to {url}{path} (a model's predict path; the default model's by default) for `duration_s`
+    (or until `stop` is set, or `max_requests` were sent): `rate` per second, or closed loop when rate is 0."""
     import aiohttp
 
     if not bodies:
@@ -177,7 +178,7 @@ async def send(
         async def one(body: dict[str, Any]) -> None:
             started = time.perf_counter()
             try:
-                async with session.post("/v1/predict", json=body, allow_redirects=False) as response:
+                async with session.post(path, json=body, allow_redirects=False) as response:
                     report.statuses[str(response.status)] += 1
                     if response.status == 200:
                         payload = await response.json(content_type=None)
