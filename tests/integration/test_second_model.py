@@ -258,10 +258,12 @@ def _crash(env: dict[str, str], model: str, serving: list[int], monkeypatch: pyt
 
 
 def test_two_models_roll_out_at_once_and_one_rolling_back_leaves_the_other_promoted(world, bootstrapped, monkeypatch):
-    """Both models' retrained candidates through every gate and into their rollouts in the same minutes, behind one
-    gateway each and one Triton: the parcel candidate's instance crashes at its first stage and is rolled back, the
-    classifier's goes on through its three stages and is promoted; each record, routing and alias set stays its own.
+    """Both models' retrained candidates through every gate and into their rollouts in the same minutes, behind ONE
+    gateway serving both (POST /v1/models/<name>/predict; a process bound to no model) and one Triton: the parcel
+    candidate's instance crashes at its first stage and is rolled back, the classifier's goes on through its three
+    stages and is promoted; each record, routing, alias set, fast guard and metric series stays its own.
     """
+    import requests
     import yaml
 
     from mlrelease.gateway import traffic
@@ -278,7 +280,9 @@ def test_two_models_roll_out_at_once_and_one_rolling_back_leaves_the_other_promo
     plans = {MODEL: home / "late-plan.yaml", "parcel_eta": home / "parcel-plan.yaml"}
     plans[MODEL].write_text(yaml.safe_dump(LATE_PLAN), encoding="utf-8")
     plans["parcel_eta"].write_text(yaml.safe_dump(GOOD_PLAN), encoding="utf-8")
-    config = devkit.write_gateway_config(home / "gateway-night.yaml", replay_as_of=NEXT.end.isoformat())
+    config = devkit.write_gateway_config(
+        home / "gateway-night.yaml", replay_as_of=NEXT.end.isoformat(), models=[MODEL, "parcel_eta"]
+    )
     envs = {MODEL: env, "parcel_eta": parcel}
     for model_env in envs.values():  # each model's stable = its champion, v1
         _run(model_env, "routing", "init", "--config", str(config))
@@ -291,13 +295,14 @@ def test_two_models_roll_out_at_once_and_one_rolling_back_leaves_the_other_promo
         for model in envs
     }
     release = {model: ("--model-version", versions[model], "--end", NEXT.end.isoformat()) for model in envs}
+    paths = {model: f"/v1/models/{model}/predict" for model in envs}
     with (
-        devkit.gateway_process(config, free_port(), env=env) as late_url,
-        devkit.gateway_process(config, free_port(), env=parcel) as parcel_url,
-        devkit.background_traffic(late_url, bodies[MODEL], key, TRAFFIC_RATE) as late_report,
-        devkit.background_traffic(parcel_url, bodies["parcel_eta"], key, TRAFFIC_RATE) as parcel_report,
+        devkit.gateway_process(config, free_port(), env=env, unset=("MLRELEASE_MODEL",)) as url,
+        devkit.background_traffic(url, bodies[MODEL], key, TRAFFIC_RATE, paths[MODEL]) as late_report,
+        devkit.background_traffic(url, bodies["parcel_eta"], key, TRAFFIC_RATE, paths["parcel_eta"]) as parcel_report,
     ):
-        answer = requests_post(late_url, key, bodies[MODEL][0])
+        answer = requests_post(url, key, bodies[MODEL][0], paths[MODEL])
+        unknown = requests.post(f"{url}/v1/models/nope/predict", json=bodies[MODEL][0], headers={"X-API-Key": key})
         shadows = {model: _step(envs[model], "shadow", *release[model], "--plan", str(plans[model])) for model in envs}
         for model in envs:  # both rollouts open in the same minutes
             stage_args = ("--stage", "1", "--profile", "demo", "--plan", str(plans[model]))
@@ -311,8 +316,17 @@ def test_two_models_roll_out_at_once_and_one_rolling_back_leaves_the_other_promo
             _step(env, "rollout-stage", *release[MODEL], *stage_args)
             decided.append(_analyze(env, versions[MODEL], stage))
         promoted = _step(env, "promote", *release[MODEL])
+        ready = _ready_once(url, lambda r: r["models"][MODEL]["stable_version"] == 2)  # promote's write is read
+        metrics = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in _samples(url)}
 
-    # The classifier's gateway answers in its own outputs, inside their declared ranges.
+    # The gateway answers the classifier in its own outputs, inside their declared ranges; a model it does not serve
+    # is a 404 naming the ones it does; it is ready, each model with its own stable version.
+    assert unknown.status_code == 404 and unknown.json()["error"] == "unknown_model", unknown.text
+    assert "late_delivery" in unknown.json()["detail"] and "parcel_eta" in unknown.json()["detail"]
+    assert {m: (r["ready"], r["stable_version"]) for m, r in ready["models"].items()} == {
+        MODEL: (True, 2),
+        "parcel_eta": (True, 1),
+    }, ready
     assert set(answer) >= {"is_late", "late_probability"} and "eta_prediction" not in answer, answer
     assert answer["is_late"] in (0.0, 1.0) and 0.0 <= answer["late_probability"] <= 1.0, answer
     assert answer["cohort"] in ("remote_routes", "bulky", "core") and answer["source"] == "model", answer
@@ -339,16 +353,49 @@ def test_two_models_roll_out_at_once_and_one_rolling_back_leaves_the_other_promo
     assert late_report.errors == 0 and parcel_report.errors == 0, (late_report.summary(), parcel_report.summary())
     assert {served.split("/")[0] for served in late_report.served} == {"remote_routes", "bulky", "core"}
     assert any("/v2/model" in served for served in late_report.served), late_report.served
+    assert {served.split("/")[0] for served in parcel_report.served} == {"high_value", "long_tail", "core"}
+    # Each model's series carry its name: the parcel candidate's failures (v2) are not the classifier's v2's.
+    failures = {model: _sum(metrics, "mlrelease_gateway_model_failures_total", model=model) for model in envs}
+    assert failures["parcel_eta"] > 0 and failures[MODEL] == 0, failures
+    assert all(_sum(metrics, "mlrelease_gateway_requests_total", model=model) > 100 for model in envs), metrics
     # Each model's state lives apart: its routing, decisions and run artifacts under its own name.
     for model in envs:
         assert (home / "gateway" / model / "routing.json").is_file() and (home / "artifacts" / model).is_dir()
 
 
-def requests_post(url: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
+def _ready_once(url: str, settled: Any, within_s: float = 10.0) -> dict[str, Any]:
+    """GET /readyz until `settled(body)` holds (a replica reads the routing store every 0.2 s), or the last body."""
+    import time
+
+    import requests
+
+    deadline = time.monotonic() + within_s
+    while True:
+        body: dict[str, Any] = requests.get(f"{url}/readyz", timeout=5).json()
+        if settled(body) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.2)
+
+
+def _samples(url: str) -> list[Any]:
+    """Every sample of the gateway's Prometheus exposition."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = requests.get(f"{url}/metrics", timeout=5).text
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def _sum(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    """The total of a metric's samples carrying `labels`."""
+    return sum(v for (n, ls), v in metrics.items() if n == name and labels.items() <= dict(ls).items())
+
+
+def requests_post(url: str, key: str, body: dict[str, Any], path: str = "/v1/predict") -> dict[str, Any]:
     """One predict call, as a client makes it."""
     import requests
 
-    response = requests.post(f"{url}/v1/predict", json=body, headers={"X-API-Key": key}, timeout=10)
+    response = requests.post(f"{url}{path}", json=body, headers={"X-API-Key": key}, timeout=10)
     assert response.status_code == 200, response.text
     answer: dict[str, Any] = response.json()
     return answer

@@ -8,13 +8,15 @@ from datetime import datetime
 
 from mlrelease.errors import StepError
 from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
+from mlrelease.release_spec import spec_named
 from mlrelease.rollout.machine import Phase, RolloutState, candidate_percent
 from mlrelease.rollout.metrics_source import MetricsSource
 from mlrelease.rollout.metrics_source_factory import metrics_source_kind, open_metrics_source
 from mlrelease.rollout.store import RolloutRecord, RolloutStore
 from mlrelease.rollout.traffic_router import Routing, TrafficRouter
 from mlrelease.rollout.traffic_router_factory import open_traffic_router
-from mlrelease.serving.endpoint import publish_to_local_server, triton_url
+from mlrelease.serving.endpoint import publish_to_local_server
+from mlrelease.serving.local_layout import triton_url
 from mlrelease.serving.triton_client import TritonClient
 from mlrelease.serving.triton_repo import model_repository, set_version_policy, versions_present
 from mlrelease.settings import Settings
@@ -35,16 +37,14 @@ class RolloutContext:
 
     @classmethod
     def open(cls, settings: Settings) -> RolloutContext:
-        """Open everything named by the settings and the gateway config."""
-        from mlrelease.gateway.config import load_config
-
+        """Open everything named by the settings and the gateway config, for the model this process releases."""
         return cls(
             settings,
             RolloutStore.from_settings(settings, MODEL_NAME),
             open_traffic_router(settings, MODEL_NAME),
             open_metrics_source(settings),
             Registry.from_settings(settings),
-            load_config().cohorts.names,
+            spec_named(MODEL_NAME).cohorts.names,
         )
 
     def require_observed(self) -> None:

@@ -12,7 +12,7 @@ from mlrelease.gateway.routing_state import RoutingState
 from mlrelease.gateway.routing_store import RoutingStore
 from mlrelease.gateway.routing_store_factory import open_routing_store
 from mlrelease.rollout.traffic_router import Routing
-from mlrelease.serving.endpoint import triton_url
+from mlrelease.serving.local_layout import triton_url
 from mlrelease.serving.triton_client import require_ready
 from mlrelease.settings import Settings
 
@@ -34,7 +34,7 @@ class GatewayTrafficRouter:
     def from_settings(cls, settings: Settings, model: str) -> GatewayTrafficRouter:
         """The store and Triton named by the gateway config (MLRELEASE_GATEWAY_CONFIG or config/gateway.yaml)."""
         config = load_config()
-        store = open_routing_store(config.state_url(settings), model)
+        store = open_routing_store(config.state_url(settings, model), model)
         return cls(store, model, config.triton_url or triton_url(), settings)
 
     def current(self) -> Routing | None:

@@ -23,5 +23,5 @@ def open_metrics_source(settings: Settings) -> MetricsSource:
         from mlrelease.gateway.config import load_config
         from mlrelease.rollout.decision_log_source import DecisionLogSource
 
-        return DecisionLogSource(load_config().decision_dir(settings))
+        return DecisionLogSource(load_config().decision_dir(settings, settings.release_model))
     raise StepError(f"MLRELEASE_METRICS_SOURCE must be one of {', '.join(SOURCES)}; got {kind!r}")

@@ -29,14 +29,14 @@ def open_traffic_router(settings: Settings, model: str) -> TrafficRouter:
 
         return GatewayTrafficRouter.from_settings(settings, model)
     if kind == "httproute":
-        from mlrelease.gateway.config import load_config
+        from mlrelease.release_spec import spec_named
         from mlrelease.rollout.httproute_router import HTTPRouteTrafficRouter
 
         router = HTTPRouteTrafficRouter.from_config()
         if router.config.model != model:
             raise StepError(f"HTTPRoute config serves model {router.config.model!r}, the rollout is of {model!r}")
         # A cohort without its own rule would silently follow the "*" share.
-        cohorts = load_config().cohorts.names
+        cohorts = spec_named(model).cohorts.names
         if set(router.config.cohorts) != set(cohorts):
             raise StepError(
                 f"HTTPRoute config cohorts {sorted(router.config.cohorts)} differ from the gateway's {sorted(cohorts)}"

@@ -24,11 +24,11 @@ REFERENCE_DAYS = 7
 
 def reference_rows(settings: Settings, cohort: str, data_end: datetime) -> np.ndarray:
     """The cohort's orders in the REFERENCE_DAYS before `data_end`, encoded as the model sees them."""
-    from mlrelease.gateway.config import load_config
     from mlrelease.gateway.traffic import order_pool
     from mlrelease.model.features import FEATURES, encode
+    from mlrelease.release_spec import process_spec
 
-    pool = order_pool(settings.offline_dir, data_end, load_config().cohorts, hours=24 * REFERENCE_DAYS)
+    pool = order_pool(settings.offline_dir, data_end, process_spec().cohorts, hours=24 * REFERENCE_DAYS)
     return np.asarray(encode(pool.loc[pool["cohort"] == cohort, list(FEATURES)]), dtype=np.float64)
 
 

@@ -31,8 +31,8 @@ from mlrelease.registry import CHAMPION, MODEL_NAME, Registry
 from mlrelease.release_spec import ClassificationGates, process_spec
 from mlrelease.rollout.gates import held_by_open_rollout
 from mlrelease.rollout.plan import ShadowSpec, load_plan
-from mlrelease.serving.endpoint import triton_url
 from mlrelease.serving.integrity import verify_version
+from mlrelease.serving.local_layout import triton_url
 from mlrelease.serving.triton_client import TritonClient, require_ready
 from mlrelease.serving.triton_repo import model_repository
 from mlrelease.serving.withdraw import withdraw_refused
@@ -56,13 +56,12 @@ def replay_rows(settings: Settings, data_end: datetime, samples: int) -> tuple[n
 
 def replay_orders(settings: Settings, data_end: datetime, samples: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`replay_rows` and each order's label (the model's: an ETA in hours, or 0/1; NaN where the order has none)."""
-    from mlrelease.gateway.config import load_config
     from mlrelease.gateway.traffic import order_pool
     from mlrelease.model.features import FEATURES, TARGET, encode
     from mlrelease.sources import read_window
     from mlrelease.timewindow import Window
 
-    pool = order_pool(settings.offline_dir, data_end, load_config().cohorts, hours=24)
+    pool = order_pool(settings.offline_dir, data_end, process_spec().cohorts, hours=24)
     rng = np.random.default_rng(int(data_end.timestamp()))  # the same sample on every retry of this run
     picks = rng.choice(len(pool), size=min(samples, len(pool)), replace=False)
     chosen = pool.iloc[np.sort(picks)]
