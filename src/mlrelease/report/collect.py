@@ -242,7 +242,7 @@ def collect(
             record,
             outcomes,
             known_cohorts=shadow_section.by_cohort,
-            decisions_dir=load_config().decision_dir(settings),  # where the stages' analysis read them
+            decisions_dir=load_config().decision_dir(settings, settings.release_model),  # the analysis read them
             evidence=RolloutStore.from_settings(settings, MODEL_NAME).read_evidence(record) if record else (),
         ),
         mlflow=mlflow or MlflowRef(),
