@@ -24,6 +24,16 @@ class Settings:
     # The model whose artifacts these settings locate; None: the one this process releases (MLRELEASE_MODEL).
     # Set by processes that serve several models' runs (Airflow's own: a DAG's runner, the report plugin).
     model: str | None = None
+    # How a rollout moves and observes traffic (rollout/traffic_router_factory.py, metrics_source_factory.py) and
+    # the configs the steps read; read here once, so the factories take them as arguments.
+    traffic_router: str = "gateway"  # MLRELEASE_TRAFFIC_ROUTER: gateway | httproute
+    metrics_source: str = "decision_log"  # MLRELEASE_METRICS_SOURCE
+    gateway_config: Path | None = None  # MLRELEASE_GATEWAY_CONFIG; None: config/gateway.yaml
+    httproute_config: Path | None = None  # MLRELEASE_HTTPROUTE_CONFIG (mounted in httproute mode); None: none mounted
+    # Where the steps report: a webhook for gate overrides, the report's served base URL, the Pushgateway.
+    alert_webhook: str = ""  # MLRELEASE_ALERT_WEBHOOK
+    report_base_url: str = ""  # MLRELEASE_REPORT_BASE_URL; "": file:// links
+    pushgateway_url: str = ""  # MLRELEASE_PUSHGATEWAY_URL (validated where it is used)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -40,6 +50,13 @@ class Settings:
             redis_url=os.environ.get("MLRELEASE_REDIS_URL", "127.0.0.1:6379"),
             xcom_path=Path(os.environ.get("MLRELEASE_XCOM_PATH", "/airflow/xcom/return.json")),
             feast_yaml_override=Path(feast_yaml).resolve() if feast_yaml else None,
+            traffic_router=os.environ.get("MLRELEASE_TRAFFIC_ROUTER", "gateway"),
+            metrics_source=os.environ.get("MLRELEASE_METRICS_SOURCE", "decision_log"),
+            gateway_config=_path_or_none("MLRELEASE_GATEWAY_CONFIG"),
+            httproute_config=_path_or_none("MLRELEASE_HTTPROUTE_CONFIG"),
+            alert_webhook=os.environ.get("MLRELEASE_ALERT_WEBHOOK", "").strip(),
+            report_base_url=os.environ.get("MLRELEASE_REPORT_BASE_URL", "").strip(),
+            pushgateway_url=os.environ.get("MLRELEASE_PUSHGATEWAY_URL", "").strip(),
         )
 
     def for_model(self, model: str) -> Settings:
@@ -81,3 +98,9 @@ class Settings:
             "MLRELEASE_HOME": str(self.home),
             "MLRELEASE_REDIS_URL": self.redis_url,
         }
+
+
+def _path_or_none(variable: str) -> Path | None:
+    """The path an environment variable names (unset or empty: None)."""
+    value = os.environ.get(variable, "").strip()
+    return Path(value) if value else None

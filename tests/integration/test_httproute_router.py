@@ -23,6 +23,7 @@ from mlrelease.rollout.machine import ActionKind, Phase, RolloutState, apply, ne
 from mlrelease.rollout.plan import load_plan
 from mlrelease.rollout.store import RolloutRecord
 from mlrelease.rollout.traffic_router import Routing
+from mlrelease.settings import Settings
 from tests.gateway_api_schema import validate_gateway_api
 from tests.kube_api_server import FakeKubeApi
 
@@ -259,7 +260,7 @@ def test_a_route_mlrelease_did_not_create_is_left_alone(kube):
 
 def test_no_stage_opens_when_the_guardrails_cannot_see_the_routed_traffic(kube, monkeypatch):
     monkeypatch.delenv("MLRELEASE_METRICS_SOURCE", raising=False)
-    ctx = RolloutContext(None, None, _router(kube), None, None, COHORTS)  # type: ignore[arg-type]
+    ctx = RolloutContext(Settings.from_env(), None, _router(kube), None, None, COHORTS)  # type: ignore[arg-type]
     with pytest.raises(StepError, match="does not see the traffic that httproute://mlrelease/parcel-eta routes"):
         ctx.require_observed()
     assert not _patches(kube)
@@ -273,4 +274,4 @@ def test_the_gateway_router_refuses_where_the_cluster_routes_with_an_httproute(t
     monkeypatch.setenv("MLRELEASE_HTTPROUTE_CONFIG", str(mounted))
     monkeypatch.delenv("MLRELEASE_TRAFFIC_ROUTER", raising=False)
     with pytest.raises(StepError, match="set MLRELEASE_TRAFFIC_ROUTER=httproute"):
-        open_traffic_router(None, "parcel_eta")  # type: ignore[arg-type]
+        open_traffic_router(Settings.from_env(), "parcel_eta")

@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mlrelease.errors import StepError
 from mlrelease.freshness import assess, parse_budget_hours
+from mlrelease.settings import Settings
 from mlrelease.steps.check_freshness import (
     PUSHGATEWAY_ENV,
     freshness_registry,
@@ -81,11 +82,11 @@ def test_textfile_stamps_the_check_with_the_wall_clock(tmp_path):
 
 def test_pushgateway_url_is_optional_and_validated(monkeypatch):
     monkeypatch.delenv(PUSHGATEWAY_ENV, raising=False)
-    assert pushgateway_url() is None
+    assert pushgateway_url(Settings.from_env().pushgateway_url) is None
     for good in ("http://pushgateway:9091", "pushgateway:9091", "https://pg.example.com"):
         monkeypatch.setenv(PUSHGATEWAY_ENV, good)
-        assert pushgateway_url() == good
+        assert pushgateway_url(Settings.from_env().pushgateway_url) == good
     for bad in ("ftp://pushgateway:9091", "http://:9091", "pushgateway:ninety", "http:///metrics"):
         monkeypatch.setenv(PUSHGATEWAY_ENV, bad)
         with pytest.raises(StepError, match=f"{PUSHGATEWAY_ENV} must be an http\\(s\\) URL"):
-            pushgateway_url()
+            pushgateway_url(Settings.from_env().pushgateway_url)

@@ -28,8 +28,11 @@ def test_missing_and_failed_gates_are_named_with_their_reasons():
 
 
 def test_an_override_without_a_webhook_says_it_was_not_alerted(monkeypatch):
+    from mlrelease.settings import Settings
+
     monkeypatch.delenv("MLRELEASE_ALERT_WEBHOOK", raising=False)
-    sent = alert_override(3, "rollout-stage", ["shadow_status=failed"], "incident 42")
+    webhook = Settings.from_env().alert_webhook
+    sent = alert_override(3, "rollout-stage", ["shadow_status=failed"], "incident 42", webhook)
     assert sent["alerted"] is False and "MLRELEASE_ALERT_WEBHOOK is not set" in sent["why"]
     assert sent["event"] == "gates_overridden" and sent["reason"] == "incident 42"
 

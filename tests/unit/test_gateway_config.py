@@ -114,3 +114,20 @@ def test_a_model_no_spec_declares_is_named_with_the_declared_ones(tmp_path):
         StepError, match=r"no model 'route_risk' is declared in .*models \(declared: late_delivery, parcel_eta\)"
     ):
         _ = config.cohorts
+
+
+def test_a_step_reads_its_gateway_config_once_and_again_only_when_the_file_changes(tmp_path, monkeypatch):
+    import mlrelease.gateway.config as gateway_config
+    from mlrelease.settings import Settings
+
+    path = _write(tmp_path, {**BASE, "feature_timeout_ms": 700})
+    monkeypatch.setenv("MLRELEASE_GATEWAY_CONFIG", str(path))
+    settings = Settings.from_env()
+    reads: list[Path] = []
+    real = gateway_config.load_config
+    monkeypatch.setattr(gateway_config, "load_config", lambda p, **kw: reads.append(p) or real(p, **kw))
+    first = gateway_config.step_gateway_config(settings)
+    assert gateway_config.step_gateway_config(settings) is first and first.feature_timeout_ms == 700
+    assert reads == [path.resolve()]
+    _write(tmp_path, {**BASE, "feature_timeout_ms": 900, "max_body_bytes": 20_000})  # edited: read again
+    assert gateway_config.step_gateway_config(settings).feature_timeout_ms == 900 and len(reads) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from datetime import datetime
 from pathlib import Path
@@ -212,6 +213,22 @@ class GatewayConfig(StrictModel):
 def model_state_dir(settings: Settings, model: str) -> Path:
     """A served model's own gateway state under MLRELEASE_HOME: each model's routing and decisions apart."""
     return settings.home / "gateway" / model
+
+
+@functools.lru_cache(maxsize=8)
+def _step_config(path: Path, version: tuple[int, int]) -> GatewayConfig:
+    return load_config(path)
+
+
+def step_gateway_config(settings: Settings) -> GatewayConfig:
+    """The gateway config a step reads (its settings' MLRELEASE_GATEWAY_CONFIG, else config/gateway.yaml), read and
+    validated once per process however many parts of the step need it (again only if the file changes)."""
+    path = Path(settings.gateway_config or DEFAULT_CONFIG).resolve()
+    try:
+        stat = path.stat()
+    except OSError:
+        return load_config(path)  # the loader names the missing or unreadable file
+    return _step_config(path, (stat.st_mtime_ns, stat.st_size))
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> GatewayConfig:

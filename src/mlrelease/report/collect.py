@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlrelease.gateway.config import load_config
+from mlrelease.gateway.config import step_gateway_config
 from mlrelease.registry import MODEL_NAME
 from mlrelease.report.inputs import freshness_metrics, read_json, rollout_record, run_outcomes
 from mlrelease.report.model import (
@@ -242,7 +242,7 @@ def collect(
             record,
             outcomes,
             known_cohorts=shadow_section.by_cohort,
-            decisions_dir=load_config().decision_dir(settings, settings.release_model),  # the analysis read them
+            decisions_dir=step_gateway_config(settings).decision_dir(settings, settings.release_model),
             evidence=RolloutStore.from_settings(settings, MODEL_NAME).read_evidence(record) if record else (),
         ),
         mlflow=mlflow or MlflowRef(),

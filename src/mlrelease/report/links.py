@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from mlrelease.release_spec import nightly_dag_id
@@ -10,8 +9,6 @@ from mlrelease.settings import Settings
 
 REPORT_FOLDER = "report"
 REPORT_PAGE = "index.html"
-# Where the report is served from (the Airflow API server's plugin app, an object store's website, …).
-BASE_URL_ENV = "MLRELEASE_REPORT_BASE_URL"
 
 
 def report_dir(settings: Settings, key: str) -> Path:
@@ -20,12 +17,13 @@ def report_dir(settings: Settings, key: str) -> Path:
 
 
 def report_url(settings: Settings, key: str, base_url: str | None = None) -> str:
-    """The link to run `key`'s report: under MLRELEASE_REPORT_BASE_URL when set, else a file:// URL.
+    """The link to run `key`'s report: under `base_url` (default: the settings' MLRELEASE_REPORT_BASE_URL) when set,
+    else a file:// URL.
 
     Served, the path names the model's nightly DAG (`<base>/nightly_release_<model>/<key>/index.html`): the
     API server's report app grants it to whoever may read that DAG's runs.
     """
-    base = base_url if base_url is not None else os.environ.get(BASE_URL_ENV, "")
+    base = base_url if base_url is not None else settings.report_base_url
     if base:
         return f"{base.rstrip('/')}/{nightly_dag_id(settings.release_model)}/{key}/{REPORT_PAGE}"
     return (report_dir(settings, key) / REPORT_PAGE).as_uri()

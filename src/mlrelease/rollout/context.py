@@ -11,7 +11,7 @@ from mlrelease.registry import CHALLENGER, CHAMPION, MODEL_NAME, Registry
 from mlrelease.release_spec import spec_named
 from mlrelease.rollout.machine import Phase, RolloutState, candidate_percent
 from mlrelease.rollout.metrics_source import MetricsSource
-from mlrelease.rollout.metrics_source_factory import metrics_source_kind, open_metrics_source
+from mlrelease.rollout.metrics_source_factory import open_metrics_source
 from mlrelease.rollout.store import RolloutRecord, RolloutStore
 from mlrelease.rollout.traffic_router import Routing, TrafficRouter
 from mlrelease.rollout.traffic_router_factory import open_traffic_router
@@ -49,7 +49,7 @@ class RolloutContext:
 
     def require_observed(self) -> None:
         """Refuse to expose traffic that the guardrails' metrics source cannot see (StepError)."""
-        kind = metrics_source_kind()
+        kind = self.settings.metrics_source
         if kind not in self.router.observed_by:
             raise StepError(
                 f"the metrics source {kind!r} does not see the traffic that {self.router.location} routes, so no "

@@ -9,7 +9,6 @@ and alerted.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from mlrelease.errors import GateFailed
@@ -51,13 +50,14 @@ def require_gates(version: int, tags: dict[str, str], step: str, override: str |
     return problems
 
 
-def alert_override(version: int, step: str, problems: list[str], reason: str) -> dict[str, Any]:
-    """Post a `gates_overridden` alert to MLRELEASE_ALERT_WEBHOOK when one is set; what was sent (or why not)."""
+def alert_override(version: int, step: str, problems: list[str], reason: str, webhook: str) -> dict[str, Any]:
+    """Post a `gates_overridden` alert to `webhook` (the settings' MLRELEASE_ALERT_WEBHOOK) when one is set; what was
+    sent (or why not)."""
     import requests
 
     payload = {"event": "gates_overridden", "step": step, "model_version": version, "gates": problems, "reason": reason}
     log.warning("gates overridden for v%s by %s: %s (%s)", version, step, "; ".join(problems), reason)
-    url = os.environ.get(ALERT_WEBHOOK_ENV, "").strip()
+    url = webhook.strip()
     if not url:
         return {**payload, "alerted": False, "why": f"{ALERT_WEBHOOK_ENV} is not set"}
     try:

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mlrelease.errors import StepError
-from mlrelease.gateway.config import load_config
+from mlrelease.gateway.config import step_gateway_config
 from mlrelease.gateway.routing_state import RoutingState
 from mlrelease.gateway.routing_store import RoutingStore
 from mlrelease.gateway.routing_store_factory import open_routing_store
@@ -32,8 +32,8 @@ class GatewayTrafficRouter:
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str) -> GatewayTrafficRouter:
-        """The store and Triton named by the gateway config (MLRELEASE_GATEWAY_CONFIG or config/gateway.yaml)."""
-        config = load_config()
+        """The store and Triton named by the gateway config the settings name (or config/gateway.yaml)."""
+        config = step_gateway_config(settings)
         store = open_routing_store(config.state_url(settings, model), model)
         return cls(store, model, config.triton_url or triton_url(), settings)
 

@@ -109,10 +109,8 @@ class HTTPRouteConfig(StrictModel):
 
 
 def load_httproute_config(path: Path | None = None) -> HTTPRouteConfig:
-    """Read and validate the HTTPRoute config (default: MLRELEASE_HTTPROUTE_CONFIG, else config/httproute.yaml)."""
-    import os
-
-    path = Path(path or os.environ.get("MLRELEASE_HTTPROUTE_CONFIG") or DEFAULT_CONFIG)
+    """Read and validate the HTTPRoute config (default: config/httproute.yaml; a step passes its settings' path)."""
+    path = Path(path or DEFAULT_CONFIG)
     return load_yaml_model(path, HTTPRouteConfig, "HTTPRoute config")
 
 

@@ -45,7 +45,7 @@ class HTTPRouteTrafficRouter:
 
     @classmethod
     def from_config(cls, config: HTTPRouteConfig | None = None) -> HTTPRouteTrafficRouter:
-        """The route of config/httproute.yaml (or MLRELEASE_HTTPROUTE_CONFIG) over the cluster's API."""
+        """The route of `config` (default: config/httproute.yaml) over the cluster's API."""
         config = config or load_httproute_config()
 
         def ready(versions: list[int]) -> None:

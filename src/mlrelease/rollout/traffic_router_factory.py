@@ -1,9 +1,6 @@
-"""The factory of `TrafficRouter` (rollout/traffic_router.py): the router MLRELEASE_TRAFFIC_ROUTER names."""
+"""The factory of `TrafficRouter` (rollout/traffic_router.py): the router the settings name."""
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 from mlrelease.errors import StepError
 from mlrelease.rollout.traffic_router import TrafficRouter
@@ -13,13 +10,13 @@ ROUTERS = ("gateway", "httproute")
 
 
 def open_traffic_router(settings: Settings, model: str) -> TrafficRouter:
-    """The router named by MLRELEASE_TRAFFIC_ROUTER: `gateway` (default, the built-in routing state) or `httproute`."""
-    kind = os.environ.get("MLRELEASE_TRAFFIC_ROUTER", "gateway")
+    """The router `settings.traffic_router` names: `gateway` (default, the built-in routing state) or `httproute`."""
+    kind = settings.traffic_router
     if kind == "gateway":
         from mlrelease.rollout.gateway_router import GatewayTrafficRouter
 
-        mounted = os.environ.get("MLRELEASE_HTTPROUTE_CONFIG")
-        if mounted and Path(mounted).is_file():
+        mounted = settings.httproute_config
+        if mounted is not None and mounted.is_file():
             # deploy/ mounts the router config only in httproute mode: routing the gateway's state there
             # would move no real traffic while the rollout believes it did.
             raise StepError(
@@ -30,9 +27,10 @@ def open_traffic_router(settings: Settings, model: str) -> TrafficRouter:
         return GatewayTrafficRouter.from_settings(settings, model)
     if kind == "httproute":
         from mlrelease.release_spec import spec_named
+        from mlrelease.rollout.httproute import load_httproute_config
         from mlrelease.rollout.httproute_router import HTTPRouteTrafficRouter
 
-        router = HTTPRouteTrafficRouter.from_config()
+        router = HTTPRouteTrafficRouter.from_config(load_httproute_config(settings.httproute_config))
         if router.config.model != model:
             raise StepError(f"HTTPRoute config serves model {router.config.model!r}, the rollout is of {model!r}")
         # A cohort without its own rule would silently follow the "*" share.

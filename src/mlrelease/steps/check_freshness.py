@@ -8,7 +8,6 @@ Pushgateway — the standard route for batch jobs, which are gone before any scr
 from __future__ import annotations
 
 import logging
-import os
 import time
 from datetime import datetime
 from typing import Any
@@ -85,9 +84,9 @@ def write_freshness_metrics(results: list[Freshness], path: Any, checked_at: flo
     return registry
 
 
-def pushgateway_url() -> str | None:
-    """MLRELEASE_PUSHGATEWAY_URL when set (validated: an http(s) URL or host:port), else None."""
-    raw = os.environ.get(PUSHGATEWAY_ENV, "").strip()
+def pushgateway_url(raw: str) -> str | None:
+    """The settings' MLRELEASE_PUSHGATEWAY_URL when set (validated: an http(s) URL or host:port), else None."""
+    raw = raw.strip()
     if not raw:
         return None
     parts = urlsplit(raw if "://" in raw else f"http://{raw}")  # push_to_gateway itself defaults to http
@@ -121,7 +120,7 @@ def _push(registry: CollectorRegistry, url: str) -> dict[str, Any]:
 
 def check_freshness(settings: Settings, end: datetime) -> dict[str, Any]:
     """Assess every online view at `end`, write (and push) the metrics, fail naming the stale views."""
-    push_url = pushgateway_url()  # a malformed URL fails before any work
+    push_url = pushgateway_url(settings.pushgateway_url)  # a malformed URL fails before any work
     store = open_store(settings)
     views = [v for v in store.list_feature_views() if v.online]
     if not views:

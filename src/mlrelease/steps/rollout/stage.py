@@ -149,4 +149,4 @@ def checked_gates(ctx: RolloutContext, version: int, step: str, override: str | 
         return None
     assert override is not None
     ctx.registry.tag_version(version, gates_overridden=f"{step}: {override}"[:500])
-    return alert_override(version, step, problems, override)
+    return alert_override(version, step, problems, override, ctx.settings.alert_webhook)
