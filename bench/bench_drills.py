@@ -32,6 +32,7 @@ Triton's loaded versions agree at the end (`mlrelease rollout status`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -772,6 +773,7 @@ def main() -> None:
                 for r in range(args.repeats):
                     print(f"[{time.monotonic() - began:6.1f} s] drill {name} #{r + 1}", file=sys.stderr, flush=True)
                     with env_vars(MLRELEASE_GATEWAY_CONFIG=str(config)):
+                        world.settings = dataclasses.replace(world.settings, gateway_config=config)  # in-process steps
                         world.reset(CANDIDATE)  # before the gateway starts: it reads the routing first
                         # A gateway per drill: fresh breakers, trips and counters in every worker.
                         with devkit.gateway_process(config, devkit.free_port(), env, workers=GATEWAY_WORKERS) as url:

@@ -20,6 +20,7 @@ threshold 10 = 600 s before it rolls back.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -136,7 +137,8 @@ def main() -> None:
         try:
             triton_url = devkit.start_serving_world(settings, Window.parse(*WINDOW))
             config, key, state_url = bench_gateway_config(home, triton_url, WINDOW[1])
-            os.environ["MLRELEASE_GATEWAY_CONFIG"] = str(config)
+            os.environ["MLRELEASE_GATEWAY_CONFIG"] = str(config)  # the gateway's and the step processes'
+            settings = dataclasses.replace(settings, gateway_config=config)  # the in-process steps'
             registry = Registry.from_settings(settings)
             client = registry.client()
             client.create_registered_model(MODEL_NAME)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -221,7 +222,8 @@ def rollout_world(prefix: str, *, n_bodies: int = 5_000, gates_passed: bool = Tr
             with redirect_stdout(sys.stderr):  # Feast's progress: stdout is for the benchmark's table
                 triton_url = devkit.start_serving_world(settings, Window.parse(*WINDOW))
             config, key, _ = bench_gateway_config(home, triton_url, WINDOW[1])
-            os.environ["MLRELEASE_GATEWAY_CONFIG"] = str(config)
+            os.environ["MLRELEASE_GATEWAY_CONFIG"] = str(config)  # the gateway's and the step processes'
+            settings = dataclasses.replace(settings, gateway_config=config)  # the in-process steps'
             client = Registry.from_settings(settings).client()
             client.create_registered_model(MODEL_NAME)
             for version in versions_present(home / "model_repository", MODEL_NAME):  # MLflow numbers them 1, 2, …

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,9 @@ WARM_UP_S = 3.0  # traffic before a stage opens: the gateway and both versions w
 def world(tmp_path_factory, clean_offline) -> Iterator[World]:
     with pytest.MonkeyPatch.context() as mp:
         with serving_world(tmp_path_factory.mktemp("rollout-world"), clean_offline, mp) as built:
-            mp.setenv("MLRELEASE_GATEWAY_CONFIG", str(built.config_file("gw")))
+            config = built.config_file("gw")
+            mp.setenv("MLRELEASE_GATEWAY_CONFIG", str(config))  # the gateway's and the step processes'
+            built.settings = replace(built.settings, gateway_config=config)  # the in-process steps'
             plan = built.home / "plan.yaml"
             plan.write_text(yaml.safe_dump(PLAN), encoding="utf-8")
             (built.home / "good-plan.yaml").write_text(yaml.safe_dump(GOOD_PLAN), encoding="utf-8")
@@ -210,9 +213,8 @@ def test_a_candidate_whose_shadow_failed_is_refused_where_traffic_moves(fresh, r
         release.stage(2)
     assert _routing(fresh) == before and release.record() is None  # no traffic moved, no rollout recorded
     # A human may route it anyway: explicitly, recorded in the history and on the version, and alerted.
-    monkeypatch.setenv("MLRELEASE_ALERT_WEBHOOK", receiver.url)
     opened = steps.rollout_stage(
-        fresh.settings,
+        replace(fresh.settings, alert_webhook=receiver.url),  # MLRELEASE_ALERT_WEBHOOK of the step's process
         1,
         HEALTHY_CANDIDATE,
         release.key,
@@ -312,13 +314,13 @@ def test_promotion_refuses_an_unchecked_candidate(fresh):
 def test_unreachable_routing_state_fails_before_touching_traffic(fresh, monkeypatch):
     working = _config()
     broken = fresh.config_file("dead-store", routing={"state_url": "redis://127.0.0.1:1/0"})
-    monkeypatch.setenv("MLRELEASE_GATEWAY_CONFIG", str(broken))
+    monkeypatch.setattr(fresh, "settings", replace(fresh.settings, gateway_config=broken))
     release = Release(fresh, HEALTHY_CANDIDATE)
     with pytest.raises(StepError, match="redis://127.0.0.1:1/0"):
         release.stage(1)
     record = release.record()
     assert record.stage_opened_at is None  # nothing was recorded as opened
-    monkeypatch.setenv("MLRELEASE_GATEWAY_CONFIG", str(working))
+    monkeypatch.setattr(fresh, "settings", replace(fresh.settings, gateway_config=working))
     assert release.stage(1)["status"] == "opened"  # once the store is back, the same run resumes
     steps.rollback(fresh.settings, release.key, reason="test over")
 
