@@ -24,6 +24,7 @@ from mlrelease.rollout.outage import CallTimeline
 from mlrelease.rollout.plan import load_plan
 from mlrelease.rollout.store import RolloutBusy, RolloutStore
 from mlrelease.rollout.traffic_router import Routing
+from mlrelease.settings import Settings
 from mlrelease.steps import rollout as steps
 from mlrelease.steps.rollout import stage as stage_step
 from mlrelease.verdicts.decide import Verdict
@@ -203,7 +204,8 @@ def stage_one(tmp_path, monkeypatch):
     store = RolloutStore(tmp_path, "parcel_eta")
     opened = datetime.now(UTC) - timedelta(seconds=5)
     store.update(lambda _: rollout_record().model_copy(update={"stage_opened_at": opened}))
-    ctx = context.RolloutContext(None, store, FakeRouter(store), FailingSource(), None, ("high_value", "long_tail"))
+    settings = Settings.from_env()  # metrics source `decision_log`, as FakeRouter's observed_by
+    ctx = context.RolloutContext(settings, store, FakeRouter(store), FailingSource(), None, ("high_value", "long_tail"))
     ctx.retire_candidate = lambda record, reason: {"retired_for": reason}  # no Triton, no MLflow here
     monkeypatch.setattr(context.RolloutContext, "open", classmethod(lambda cls, settings: ctx))
     return ctx
