@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import importlib.resources
 import json
 import math
@@ -28,6 +29,7 @@ from mlrelease.deploy.values import DeployValues, load_values
 from mlrelease.errors import StepError
 from mlrelease.gateway.config import GatewayConfig
 from mlrelease.release_spec import process_spec
+from mlrelease.settings import Settings
 from mlrelease.yamlconfig import safe_load
 
 REPO = Path(__file__).resolve().parents[2]
@@ -263,8 +265,27 @@ def test_a_restarted_triton_pod_loads_the_declared_versions(
 def test_a_triton_that_would_restart_without_the_gateways_model_is_refused() -> None:
     raw = raw_values()
     raw["triton"]["loadModels"] = ["some_other_model"]
-    with pytest.raises(StepError, match="does not include 'parcel_eta'.*restarted Triton pod would come back without"):
+    with pytest.raises(StepError, match="does not include \\['parcel_eta'\\].*restarted Triton pod would come back"):
         render(raw)
+
+
+def test_a_gateway_serving_two_models_needs_both_loaded_and_keeps_each_models_decision_folder(tmp_path) -> None:
+    config = safe_load((REPO / "config" / "gateway.yaml").read_text(encoding="utf-8"))
+    config["models"] = ["parcel_eta", "late_delivery"]
+    (tmp_path / "gateway.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    raw = raw_values()
+    raw["gateway"]["configFile"] = str(tmp_path / "gateway.yaml")
+    raw["triton"]["loadModels"] = ["parcel_eta"]
+    with pytest.raises(StepError, match="does not include \\['late_delivery'\\], served by the gateway"):
+        render(raw)
+    raw["triton"]["loadModels"] = ["late_delivery", "parcel_eta"]
+    values = DeployValues.model_validate(raw)
+    served = cluster_gateway_config(values, VALUES.parent)
+    assert served.served_models == ("parcel_eta", "late_delivery")
+    assert served.routing.state_url == values.routing.stateUrl and served.decision_log.directory == ""
+    home = dataclasses.replace(Settings.from_env(), home=Path(STATE_MOUNT))
+    assert served.decision_dir(home, "late_delivery") == Path(STATE_MOUNT) / "gateway" / "late_delivery" / "decisions"
+    render(raw)
 
 
 def test_losing_one_gateway_pod_leaves_others_serving(shipped: tuple[DeployValues, list[dict[str, Any]]]) -> None:

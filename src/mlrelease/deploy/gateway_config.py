@@ -22,15 +22,19 @@ def triton_url(values: DeployValues) -> str:
     return f"http://{triton.name}.{values.namespace}.svc:{triton.ports.http}"
 
 
-def cluster_fields(values: DeployValues, model: str) -> dict[tuple[str, ...], str]:
+def cluster_fields(values: DeployValues, models: tuple[str, ...]) -> dict[tuple[str, ...], str]:
     """Gateway config fields whose cluster value comes from deploy values, by their path in the config."""
-    return {
+    fields = {
         ("triton_url",): triton_url(values),
         ("routing", "state_url"): values.routing.stateUrl,
         ("auth", "keys_file"): f"{KEYS_DIR}/{KEYS_KEY}",
-        # The same place the step pods find by default (MLRELEASE_HOME/gateway/<model>/decisions): guardrails read it.
-        ("decision_log", "directory"): f"{STATE_MOUNT}/gateway/{model}/decisions",
     }
+    if len(models) == 1:
+        # The same place the step pods find by default (MLRELEASE_HOME/gateway/<model>/decisions): guardrails read it.
+        # A gateway serving several models keeps the default, the same folder per model (its MLRELEASE_HOME is the
+        # state volume too).
+        fields["decision_log", "directory"] = f"{STATE_MOUNT}/gateway/{models[0]}/decisions"
+    return fields
 
 
 def config_path(values: DeployValues, values_dir: Path) -> Path:
@@ -44,7 +48,7 @@ def cluster_gateway_config(values: DeployValues, values_dir: Path) -> GatewayCon
     path = config_path(values, values_dir)
     config = load_config(path)
     document: dict[str, Any] = config.model_dump(mode="json")
-    for keys, wanted in cluster_fields(values, config.model).items():
+    for keys, wanted in cluster_fields(values, config.served_models).items():
         parent = document
         for key in keys[:-1]:
             parent = parent[key]

@@ -29,7 +29,7 @@ def render_objects(values: DeployValues, gateway_config: GatewayConfig) -> list[
         *service_accounts(values),
         *rbac(values),
         *gateway(values, gateway_config),
-        *triton(values, gateway_config.model),
+        *triton(values, gateway_config.served_models),
         *network_policies(values),
     ]
 

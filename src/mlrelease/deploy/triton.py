@@ -138,17 +138,17 @@ def service(values: DeployValues) -> dict[str, Any]:
     }
 
 
-def check_restart_serves(values: DeployValues, model: str) -> None:
-    """A restarted Triton must load the model the gateway serves, or it comes back with nothing to answer with."""
-    if model not in values.triton.loadModels:
+def check_restart_serves(values: DeployValues, models: tuple[str, ...]) -> None:
+    """A restarted Triton must load every model the gateway serves, or it comes back with nothing to answer with."""
+    missing = [model for model in models if model not in values.triton.loadModels]
+    if missing:
         raise StepError(
-            f"triton.loadModels {list(values.triton.loadModels)} does not include {model!r}, the gateway's model: "
-            "a restarted Triton pod would come back without the declared versions"
+            f"triton.loadModels {list(values.triton.loadModels)} does not include {missing}, served by the gateway: "
+            "a restarted Triton pod would come back without their declared versions"
         )
 
 
-def triton(values: DeployValues, model: str | None = None) -> list[dict[str, Any]]:
-    """Every Triton object; `model` (the gateway's) must be among those a restarted server loads."""
-    if model is not None:
-        check_restart_serves(values, model)
+def triton(values: DeployValues, models: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every Triton object; `models` (the gateway's) must be among those a restarted server loads."""
+    check_restart_serves(values, models)
     return [deployment(values), service(values)]
