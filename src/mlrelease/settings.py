@@ -101,6 +101,6 @@ class Settings:
 
 
 def _path_or_none(variable: str) -> Path | None:
-    """The path an environment variable names (unset or empty: None)."""
+    """The absolute path an environment variable names (unset or empty: None)."""
     value = os.environ.get(variable, "").strip()
-    return Path(value) if value else None
+    return Path(value).resolve() if value else None

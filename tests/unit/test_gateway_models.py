@@ -94,9 +94,9 @@ def test_each_models_path_reaches_its_own_service_and_v1_predict_the_default(two
     assert app.state.services["late_delivery"].seen == [7, 9] and app.state.services["parcel_eta"].seen == [1]
 
 
-def test_a_model_not_served_is_a_404_naming_the_served_ones_to_known_clients_only(two_models):
+def test_a_model_not_served_is_a_404_naming_the_served_ones_after_the_key_check(two_models):
     http, key, _ = two_models
-    assert http.post("/v1/models/route_risk/predict", json=BODY).status_code == 401  # no key: nothing told
+    assert http.post("/v1/models/route_risk/predict", json=BODY).status_code == 401  # the key first, as for any model
     unknown = http.post("/v1/models/route_risk/predict", json=BODY, headers={"X-API-Key": key})
     assert unknown.status_code == 404 and unknown.json() == {
         "error": "unknown_model",
@@ -143,3 +143,24 @@ def test_each_models_series_carry_its_name():
     assert requests == {(("cohort", "core"), ("model", "parcel_eta"), ("source", "model"), ("version", "2")): 1.0}
     failures = {labels for (name, labels), _ in samples.items() if name == "mlrelease_gateway_model_failures_total"}
     assert failures == {(("kind", "nan"), ("model", "late_delivery"), ("version", "2"))}
+
+
+def test_a_step_of_a_model_the_config_does_not_serve_never_gets_that_configs_explicit_state(tmp_path):
+    """A one-model config with an explicit routing file or decision folder (deploy's, for one): another model's
+    steps reading it would judge and route with the first model's state, so they are refused naming why."""
+    settings = Settings.from_env()
+    explicit = load_config(
+        _config(
+            tmp_path,
+            model="parcel_eta",
+            routing={"state_url": f"file://{tmp_path}/routing.json"},
+            decision_log={"directory": str(tmp_path / "decisions")},
+        )
+    )
+    assert explicit.decision_dir(settings, "parcel_eta") == tmp_path / "decisions"
+    with pytest.raises(StepError, match=r"serves \['parcel_eta'\], not 'late_delivery': its routing.state_url"):
+        explicit.state_url(settings, "late_delivery")
+    with pytest.raises(StepError, match="not 'late_delivery': its decision_log.directory"):
+        explicit.decision_dir(settings, "late_delivery")
+    by_model = load_config(_config(tmp_path, model="parcel_eta"))  # defaults: each model's own, served or not
+    assert by_model.decision_dir(settings, "late_delivery").parts[-2:] == ("late_delivery", "decisions")

@@ -65,7 +65,7 @@ def _container(values: DeployValues, config: GatewayConfig) -> dict[str, Any]:
             {"name": "MLRELEASE_HOME", "value": STATE_MOUNT},
             {"name": "MLRELEASE_ONLINE_STORE", "value": "redis"},
             {"name": "MLRELEASE_GATEWAY_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_KEY}"},
-            {"name": "MLRELEASE_MODEL", "value": config.model},  # the model this gateway serves
+            {"name": "MLRELEASE_MODEL", "value": config.model},  # its default model (the only one, unless models:)
             {"name": "HOME", "value": "/tmp"},  # Feast writes small caches under HOME; the root is read-only
         ],
         # MLRELEASE_REDIS_URL (the Feast online store, host:port[,password=…]) comes from this Secret.

@@ -177,44 +177,50 @@ async def _served_model(
 ) -> AsyncIterator[PredictService]:
     """One served model's predict path, open for as long as the app runs: its feature reads, Triton client,
     micro-batcher, decision log, failure-run pool and routing refresh (nothing shared with another model's)."""
-    # The service's views are resolved once here; each read then goes straight to the online store.
-    reader = OnlineReader(store, spec.features)
-    inline = reader.prepare_local_reads(busy_timeout_ms=config.feature_timeout_ms)
-    lookup = BatchingLookup(FeatureLookup(reader, _replay_or_wall_clock(config)), inline=inline)
-    ranges = output_ranges(spec)
-    model = TritonModelClient(config.triton_url or triton_url(), spec.name, ranges, spec.prediction_and_score())
-    batcher = await _batcher(config, model, metrics, ranges)
-    settings_log = config.decision_log
-    decisions = DecisionLog(
-        config.decision_dir(settings, spec.name),
-        sample_rate=settings_log.sample_rate,
-        with_features=settings_log.features,
-        retention_hours=settings_log.retention_hours,
-    )
-    guard = config.guard
-    state_url = config.state_url(settings, spec.name)
-    pool = open_run_pool(state_url, spec.name, guard.pool_heartbeat_s) if guard.pool_runs else None
-    service = PredictService(config, spec, lookup, model, router, metrics, decisions, batcher, pool)
-    await router.refresh()
-    router.start()
-    decisions.start()
-    heartbeat = asyncio.create_task(_heartbeat(service, guard.pool_heartbeat_s)) if pool else None
-    try:
-        yield service
-    finally:
-        if heartbeat is not None:
-            heartbeat.cancel()
-            await asyncio.gather(heartbeat, return_exceptions=True)
-        if service.reporter is not None:
-            await service.reporter.close()
-        if pool is not None:
-            await pool.close()
-        await decisions.stop()
-        await router.stop()
-        await lookup.close()
+    # Each resource is closed by the stack as soon as it exists: a failure later in this set-up (or in the next
+    # model's) closes what was opened, and a failing close does not skip the others (the decision log's flush).
+    async with AsyncExitStack() as opened:
+        # The service's views are resolved once here; each read then goes straight to the online store.
+        reader = OnlineReader(store, spec.features)
+        inline = reader.prepare_local_reads(busy_timeout_ms=config.feature_timeout_ms)
+        lookup = BatchingLookup(FeatureLookup(reader, _replay_or_wall_clock(config)), inline=inline)
+        opened.push_async_callback(lookup.close)
+        ranges = output_ranges(spec)
+        model = TritonModelClient(config.triton_url or triton_url(), spec.name, ranges, spec.prediction_and_score())
+        opened.push_async_callback(model.close)
+        batcher = await _batcher(config, model, metrics, ranges)
         if batcher is not None:
-            await batcher.close()
-        await model.close()
+            opened.push_async_callback(batcher.close)
+        settings_log = config.decision_log
+        decisions = DecisionLog(
+            config.decision_dir(settings, spec.name),
+            sample_rate=settings_log.sample_rate,
+            with_features=settings_log.features,
+            retention_hours=settings_log.retention_hours,
+        )
+        guard = config.guard
+        state_url = config.state_url(settings, spec.name)
+        pool = open_run_pool(state_url, spec.name, guard.pool_heartbeat_s) if guard.pool_runs else None
+        if pool is not None:
+            opened.push_async_callback(pool.close)
+        service = PredictService(config, spec, lookup, model, router, metrics, decisions, batcher, pool)
+        if service.reporter is not None:
+            opened.push_async_callback(service.reporter.close)
+        await router.refresh()
+        router.start()
+        opened.push_async_callback(router.stop)
+        decisions.start()
+        opened.push_async_callback(decisions.stop)
+        if pool is not None:
+            heartbeat = asyncio.create_task(_heartbeat(service, guard.pool_heartbeat_s))
+            opened.push_async_callback(_cancelled, heartbeat)
+        yield service
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel a background task and wait until it has ended."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _heartbeat(service: PredictService, every_s: float) -> None:
@@ -319,7 +325,8 @@ def _add_ops_routes(app: FastAPI, routers: dict[str, Router], metrics: GatewayMe
         replicas out: the replica is ready while any served model has a state.
         """
         services = request.app.state.services
-        each = {name: await _model_readiness(router, services.get(name)) for name, router in routers.items()}
+        states = await asyncio.gather(*(_model_readiness(r, services.get(name)) for name, r in routers.items()))
+        each = dict(zip(routers, states, strict=True))
         ready = any(model["ready"] for model in each.values())
         if not ready:
             response.status_code = 503

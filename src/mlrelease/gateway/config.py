@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from mlrelease.cohort_rules import CohortConfig
+from mlrelease.errors import StepError
 from mlrelease.release_spec import ReleaseSpec, process_spec, spec_named
 from mlrelease.settings import REPO_ROOT, Settings
 from mlrelease.yamlconfig import StrictModel, load_yaml_model
@@ -199,11 +200,23 @@ class GatewayConfig(StrictModel):
 
     def state_url(self, settings: Settings, model: str | None = None) -> str:
         """A served model's routing-state URL (default: `model`'s), defaulting to its file under MLRELEASE_HOME."""
+        if self.routing.state_url.startswith("file:"):  # one model's file: never another model's
+            self._require_served(model, "routing.state_url")
         return self.routing.state_url or f"file://{model_state_dir(settings, model or self.model) / 'routing.json'}"
 
     def decision_dir(self, settings: Settings, model: str | None = None) -> Path:
         """Where every replica writes a served model's decision log (by default the model's own folder)."""
+        if self.decision_log.directory:  # one model's folder: never another model's
+            self._require_served(model, "decision_log.directory")
         return Path(self.decision_log.directory or model_state_dir(settings, model or self.model) / "decisions")
+
+    def _require_served(self, model: str | None, field: str) -> None:
+        """Refuse to hand one served model's explicit `field` to a step of a model this config does not serve."""
+        if model is not None and model not in self.served_models:
+            raise StepError(
+                f"the gateway config serves {list(self.served_models)}, not {model!r}: its {field} is theirs "
+                f"(serve {model!r} with `models:`, or give its steps their own config, MLRELEASE_GATEWAY_CONFIG)"
+            )
 
     def keys_file(self, settings: Settings) -> Path:
         """The API keys file."""
@@ -216,8 +229,8 @@ def model_state_dir(settings: Settings, model: str) -> Path:
 
 
 @functools.lru_cache(maxsize=8)
-def _step_config(path: Path, version: tuple[int, int]) -> GatewayConfig:
-    return load_config(path)
+def _step_config(path: Path, version: tuple[int, int], model: str) -> GatewayConfig:
+    return load_config(path)  # `model`: the process's model, the config's default `model` when it names none
 
 
 def step_gateway_config(settings: Settings) -> GatewayConfig:
@@ -228,7 +241,7 @@ def step_gateway_config(settings: Settings) -> GatewayConfig:
         stat = path.stat()
     except OSError:
         return load_config(path)  # the loader names the missing or unreadable file
-    return _step_config(path, (stat.st_mtime_ns, stat.st_size))
+    return _step_config(path, (stat.st_mtime_ns, stat.st_size), settings.release_model)
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> GatewayConfig:

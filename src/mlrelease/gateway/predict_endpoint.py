@@ -110,7 +110,7 @@ class PredictEndpoint:
     async def _predict(
         self, scope: Scope, model: str, raw: bytes, content_type: bytes | None, key: str | None
     ) -> bytes:
-        if not model:  # the served models' names only to a known client
+        if not model:  # the API key first, as for a served model's path (the names are public: /readyz, OpenAPI)
             self.check_client(key)
             asked = scope["path"][len(_MODEL_PREFIX) : -len(_PREDICT_SUFFIX)]
             raise ApiError(

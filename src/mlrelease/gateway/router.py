@@ -37,7 +37,7 @@ class Router:
     :param store: where the routing document lives.
     :param metrics: the served model's metrics.
     :param refresh_interval_s: how often the store is read.
-    :param model: the model this gateway serves (a document for another model is refused).
+    :param model: the served model this router is for (a document for another model is refused).
     """
 
     def __init__(self, store: RoutingStore, metrics: ModelMetrics, refresh_interval_s: float, model: str) -> None:
