@@ -139,8 +139,7 @@ def create_app(config: GatewayConfig, settings: Settings) -> FastAPI:
         _add_model_routes(app, spec, routers[name], authenticate, default=name == config.model)
     _add_ops_routes(app, routers, metrics)
     _install_error_handlers(app, metrics)
-    app.state.config, app.state.metrics, app.state.routers = config, metrics, routers
-    app.state.router = routers[config.model]  # the default model's (POST /v1/predict)
+    app.state.config, app.state.metrics = config, metrics
     app.state.services = {}  # model -> PredictService, filled by the lifespan
     return app
 

@@ -55,12 +55,11 @@ class PredictEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer a predict request; anything else goes to the app."""
-        model = self._paths.get(scope["path"]) if scope["type"] == "http" else None
-        if model is None and scope["type"] == "http" and _names_a_model(scope["path"]):
-            model = ""  # a predict path for a model not served here: answered below with a 404 naming the served ones
-        if model is None or scope["method"] != "POST":
+        asked = self._asked(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if asked is None:
             await self.app(scope, receive, send)
             return
+        model, served = asked
         key = content_length = content_type = None
         for name, value in scope["headers"]:
             if name == self._key_header:
@@ -73,7 +72,7 @@ class PredictEndpoint:
             raw = await self._body(receive, content_length)
             if raw is None:  # the client went away
                 return
-            status, body = 200, await self._predict(scope, model, raw, content_type, key)
+            status, body = 200, await self._predict(scope, model, served, raw, content_type, key)
             headers = [_JSON]
         except ApiError as exc:
             self.metrics.rejections.labels(exc.error).inc()
@@ -85,6 +84,15 @@ class PredictEndpoint:
         headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+    def _asked(self, scope: Scope) -> tuple[str, bool] | None:
+        """The model a predict path names and whether it is served here (a model not served gets a 404 naming the
+        served ones); None for any other path."""
+        model = self._paths.get(scope["path"])
+        if model is not None:
+            return model, True
+        unknown = _asked_model(scope["path"])
+        return None if unknown is None else (unknown, False)
 
     async def _body(self, receive: Receive, content_length: bytes | None) -> bytes | None:
         """The request body, refused (413) by its Content-Length or once it streams past the limit."""
@@ -108,13 +116,12 @@ class PredictEndpoint:
         return ApiError(413, "body_too_large", f"body over {self.max_body_bytes} bytes")
 
     async def _predict(
-        self, scope: Scope, model: str, raw: bytes, content_type: bytes | None, key: str | None
+        self, scope: Scope, model: str, served: bool, raw: bytes, content_type: bytes | None, key: str | None
     ) -> bytes:
-        if not model:  # the API key first, as for a served model's path (the names are public: /readyz, OpenAPI)
+        if not served:  # the API key first, as for a served model's path (the names are public: /readyz, OpenAPI)
             self.check_client(key)
-            asked = scope["path"][len(_MODEL_PREFIX) : -len(_PREDICT_SUFFIX)]
             raise ApiError(
-                404, "unknown_model", f"this gateway serves no model {asked!r}; it serves {list(self._models)}"
+                404, "unknown_model", f"this gateway serves no model {model!r}; it serves {list(self._models)}"
             )
         payload: Any = None
         if raw and _is_json(content_type):
@@ -153,12 +160,12 @@ class _Invalid(Exception):
         self.errors = errors
 
 
-def _names_a_model(path: str) -> bool:
-    """Whether `path` is /v1/models/<one segment>/predict."""
+def _asked_model(path: str) -> str | None:
+    """The model a /v1/models/<one segment>/predict path names (None for any other path)."""
     if not (path.startswith(_MODEL_PREFIX) and path.endswith(_PREDICT_SUFFIX)):
-        return False
+        return None
     name = path[len(_MODEL_PREFIX) : -len(_PREDICT_SUFFIX)]
-    return bool(name) and "/" not in name
+    return name if name and "/" not in name else None
 
 
 def _is_json(content_type: bytes | None) -> bool:
