@@ -27,7 +27,9 @@ class Settings:
     # How a rollout moves and observes traffic (rollout/traffic_router_factory.py, metrics_source_factory.py) and
     # the configs the steps read; read here once, so the factories take them as arguments.
     traffic_router: str = "gateway"  # MLRELEASE_TRAFFIC_ROUTER: gateway | httproute
-    metrics_source: str = "decision_log"  # MLRELEASE_METRICS_SOURCE
+    metrics_source: str = "decision_log"  # MLRELEASE_METRICS_SOURCE: decision_log | prometheus
+    prometheus_url: str = ""  # MLRELEASE_PROMETHEUS_URL (the prometheus source)
+    prometheus_selector: str = ""  # MLRELEASE_PROMETHEUS_SELECTOR: extra matchers for the gateway's series
     gateway_config: Path | None = None  # MLRELEASE_GATEWAY_CONFIG; None: config/gateway.yaml
     httproute_config: Path | None = None  # MLRELEASE_HTTPROUTE_CONFIG (mounted in httproute mode); None: none mounted
     # Where the steps report: a webhook for gate overrides, the report's served base URL, the Pushgateway.
@@ -52,6 +54,8 @@ class Settings:
             feast_yaml_override=Path(feast_yaml).resolve() if feast_yaml else None,
             traffic_router=os.environ.get("MLRELEASE_TRAFFIC_ROUTER", "gateway"),
             metrics_source=os.environ.get("MLRELEASE_METRICS_SOURCE", "decision_log"),
+            prometheus_url=os.environ.get("MLRELEASE_PROMETHEUS_URL", "").strip(),
+            prometheus_selector=os.environ.get("MLRELEASE_PROMETHEUS_SELECTOR", "").strip(),
             gateway_config=_path_or_none("MLRELEASE_GATEWAY_CONFIG"),
             httproute_config=_path_or_none("MLRELEASE_HTTPROUTE_CONFIG"),
             alert_webhook=os.environ.get("MLRELEASE_ALERT_WEBHOOK", "").strip(),

@@ -7,6 +7,8 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -17,11 +19,18 @@ from hypothesis import HealthCheck, settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from mlrelease.gateway import traffic
+from mlrelease.gateway.arm_metrics import ANALYSIS_UNITS
 from mlrelease.gateway.config import load_config
 from mlrelease.gateway.guard import output_ranges
 from mlrelease.model.features import FEATURES, encode_row
 from mlrelease.registry import MODEL_NAME
 from mlrelease.release_spec import process_spec
+from mlrelease.rollout.analysis import analyze_stage
+from mlrelease.rollout.decision_log_source import DecisionLogSource
+from mlrelease.rollout.outage import find_outages
+from mlrelease.rollout.plan import Stage, load_plan
+from mlrelease.rollout.prometheus_source import PrometheusSource
+from mlrelease.rollout.windows import CohortWindow
 from mlrelease.timewindow import parse_timestamp
 from mlrelease_drills.devkit import (
     ERRORS,
@@ -36,7 +45,9 @@ from mlrelease_drills.devkit import (
     redis_server,
     uvicorn_workers,
 )
+from mlrelease_drills.devkit import gateway_process as devkit_gateway
 from tests.conftest import WINDOW_END, free_port
+from tests.integration.prometheus_server import prometheus_server
 from tests.integration.serving_world import World, gateway_process, serving_world
 
 pytestmark = pytest.mark.integration
@@ -743,3 +754,93 @@ def test_online_reader_on_redis_answers_what_get_online_features_answers(world, 
         *known, unknown = lookup.fetch_many(rows)
         assert all(isinstance(answer, dict) for answer in known)
         assert isinstance(unknown, UnknownEntity) and "package_id 987654321" in str(unknown)
+
+
+# --- the guardrails' evidence through a real Prometheus --------------------------------------------------------
+
+
+def _by_analysis_unit(window: CohortWindow, name: str) -> np.ndarray:
+    """A per-user sum of the decision log's window, summed into the gateway's analysis units (user hash mod units)."""
+    return np.bincount(window.units % ANALYSIS_UNITS, weights=getattr(window, name), minlength=ANALYSIS_UNITS)
+
+
+def _per_unit(window: CohortWindow, name: str) -> np.ndarray:
+    out = np.zeros(ANALYSIS_UNITS)
+    out[window.units] = getattr(window, name)
+    return out
+
+
+def test_prometheus_source_reads_what_the_decision_log_holds_through_a_restart_and_a_scrape_gap(world, pool, tmp_path):
+    """Two replicas scraped every second by a real Prometheus; one restarted mid-stage (its counters reset under the
+    same instance) and Prometheus paused for 4 s (a scrape gap). Prometheus' windows hold per analysis unit what the
+    decision log holds (never more: only the restarted replica's last second may be missing), its timeline finds no
+    outage in the gap, and the stage's analysis reaches the same verdicts from both sources."""
+    decisions = world.home / "prom" / "decisions"
+    config = world.config_file("prom", decision_log={"directory": str(decisions)})
+    world.routing(config, "set", "--stable", str(GOOD), "--candidate", str(SLOW), "--percent", "*=50")
+    cohorts = load_config().cohorts
+    bodies = traffic.build_requests(pool, 2_000, traffic.parse_mix(None, cohorts.names), supply_features=False)
+    ports = [free_port(), free_port()]
+    with devkit_gateway(config, ports[0]) as first, ExitStack() as second_replica:
+        second = second_replica.enter_context(devkit_gateway(config, ports[1]))
+        targets = [f"127.0.0.1:{port}" for port in ports]
+        with prometheus_server(tmp_path / "prometheus", targets) as prometheus:
+            opened = datetime.now(UTC)
+            with background_traffic(first, bodies, world.api_key, rate=50):
+                with background_traffic(second, bodies, world.api_key, rate=50):
+                    time.sleep(6)
+                second_replica.close()  # the replica restarts on the same port: its counters start again at 0
+                second = second_replica.enter_context(devkit_gateway(config, ports[1]))
+                with background_traffic(second, bodies, world.api_key, rate=50):
+                    time.sleep(2)
+                    with prometheus.paused():
+                        time.sleep(4)
+                    time.sleep(2)
+            time.sleep(3)  # the last scrapes, the decision log's flush
+            until = datetime.now(UTC)
+            source = PrometheusSource(prometheus.url, MODEL_NAME, lookback_s=5)
+            scraped = source.windows(opened, until)
+            timeline = source.timeline(opened, until, GOOD)
+            logged_source = DecisionLogSource(decisions)
+            logged = logged_source.windows(opened, until)
+            plan = load_plan().allocated(cohorts.names).under("demo")
+            verdicts = {
+                name: _stage_verdicts(plan.stage(len(plan.stages)), cohorts.names, metrics, opened, until)
+                for name, metrics in (("decision log", logged_source), ("prometheus", source))
+            }
+    assert set(scraped) == set(logged)
+    for key, mine in scraped.items():
+        theirs = logged[key]
+        assert len(mine.units) <= ANALYSIS_UNITS
+        for name in (
+            "calls",
+            "failed",
+        ):  # answers: the decision log counts a repeated request once, Prometheus each time
+            per_unit, expected = _per_unit(mine, name), _by_analysis_unit(theirs, name)
+            assert np.all(per_unit <= expected + 1e-6), f"{key} {name}: Prometheus counted more than was served"
+        calls, expected = mine.total("calls"), theirs.total("calls")
+        # at most the restarted replica's requests after its last scrape (≤ 1 s at 50 req/s) are missing
+        assert expected - 50 <= calls <= expected, (key, calls, expected)
+        assert mine.total("log_latency") / calls == pytest.approx(theirs.total("log_latency") / expected, abs=0.02)
+    assert not [o for o in find_outages(timeline, 2.0) if o.kind == "no_calls"], "a scrape gap is no outage"
+    served = sum(w.total("calls") for key, w in logged.items() if key[0] != "*")
+    assert timeline.calls.sum() == pytest.approx(served, rel=0.1)
+    # a slow candidate: the comparison is not between two passes
+    assert "fail" in verdicts["decision log"].values(), verdicts["decision log"]
+    assert verdicts["prometheus"] == verdicts["decision log"]
+
+
+def _stage_verdicts(stage: Stage, cohorts: tuple[str, ...], source: object, opened: datetime, until: datetime):
+    """Every contract's verdict of the stage over [opened, until) with the candidate SLOW against GOOD."""
+    analysis = analyze_stage(
+        stage,
+        cohorts,
+        source,  # type: ignore[arg-type]
+        candidate=SLOW,
+        stable=GOOD,
+        opened_at=opened,
+        now=until,
+        exposed_enough=True,
+        max_gap_s=5.0,
+    )
+    return {(r.cohort, r.contract or r.metric): str(r.verdict) for r in analysis.results}

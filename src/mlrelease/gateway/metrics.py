@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, values
 
+from mlrelease.gateway.arm_metrics import ArmSeries, ModelArms
 from mlrelease.model.estimator import LOW_CONFIDENCE
 
 # Every gateway process exports its own registry, so its samples live in its memory. `import feast` (feast.metrics)
@@ -120,6 +121,10 @@ class GatewayMetrics:
             ["model", "version", "role"],
             registry=r,
         )
+        self.arms = ArmSeries(r)  # the guardrails' evidence by assigned arm and analysis unit (arm_metrics.py)
+        # process_start_time_seconds among them: a reader of counters tells a restarted replica by it (a restarted
+        # counter that has already passed its old value shows no reset of its own)
+        ProcessCollector(registry=r)
 
     def for_model(self, model: str) -> ModelMetrics:
         """The series of one served model (its `model` label given), made once per model."""
@@ -167,6 +172,7 @@ class ModelMetrics:
         self.version_role = _Bound(metrics.version_role, model)
         self.feature_latency = metrics.feature_latency.labels(model)
         self.routing_revision = metrics.routing_revision.labels(model)
+        self.arms = ModelArms(metrics.arms, model)
         self._answer_children: dict[tuple[str, str, str], tuple[Any, ...]] = {}
         self._batch_children: dict[tuple[int, str], Any] = {}
 

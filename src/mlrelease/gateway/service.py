@@ -267,6 +267,17 @@ class PredictService:
     def _decided(
         self, call: _Call, version: int, role: str, outcome: str, latency_s: float, row: Any, answer: Any = None
     ) -> None:
+        """Record one model call (or a request stable's breaker rested) in the arm series and the decision log."""
+        self.metrics.arms.observe(
+            cohort=call.cohort,
+            assigned=call.assigned,
+            unit=call.unit,
+            retry=call.retry,
+            outcome=outcome,
+            latency_s=latency_s,
+            prediction=answer.prediction if answer else None,
+            score=answer.score if answer else None,
+        )
         if self.decisions is None:
             return
         encoded = np.ascontiguousarray(row[0], dtype=np.float32)
