@@ -109,6 +109,7 @@ from mlrelease.rollout.windows import (  # noqa: E402
     NAN,
     SERVING_FAILURES,
     CohortWindow,
+    by_unit,
     dense,
     summarize_calls,
 )
@@ -691,6 +692,38 @@ def _open(run: Rollout, action: Action, now: datetime) -> None:
         seconds = int(spec.max_exposure_s[run.profile] + 2 * spec.check_every_s[run.profile])
         stage = traffic.stage_traffic(run.model, assignment)
         run.source = SumSource(run.clock, stage, cohorts, slice_s, seconds, run.before)
+    if _ANALYSIS_UNITS:  # the gateway's unit: a contiguous range of canary buckets (gateway/arm_metrics.py)
+        # a unit of one cohort is not another's (the source keeps them apart when it pools cohorts)
+        in_cohort = run.world.bucket.astype(np.int64) * _ANALYSIS_UNITS // traffic.BUCKETS
+        unit_of_user = run.world.cohort.astype(np.int64) * _ANALYSIS_UNITS + in_cohort
+        run.source = UnitSource(run.source, unit_of_user)
+
+
+class UnitSource:
+    """A stage's source read as the Prometheus source reads the gateway: every window summed into analysis units
+    (`--analysis-units`; the gateway's default is arm_metrics.ANALYSIS_UNITS) instead of per user."""
+
+    def __init__(self, source: Any, unit_of_user: np.ndarray) -> None:
+        self.source, self.unit_of_user = source, unit_of_user
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.source, name)  # the simulator feeds the wrapped source its traffic (add, stage)
+
+    def windows(self, since: datetime, until: datetime, exclude: Any = ()) -> dict:
+        """The source's windows, by unit."""
+        windows = self.source.windows(since, until, exclude)
+        return {key: by_unit(w, self.unit_of_user[w.units]) for key, w in windows.items()}
+
+    def timeline(self, since: datetime, until: datetime, stable: int) -> Any:
+        """The source's timeline (not per user)."""
+        return self.source.timeline(since, until, stable)
+
+    def features(self, cohort: str, since: datetime, until: datetime) -> np.ndarray:
+        return self.source.features(cohort, since, until)
+
+
+# Analysis units the windows are summed into (0: per user), set by main before the worker processes fork.
+_ANALYSIS_UNITS = 0
 
 
 def _traffic(run: Rollout, step_s: float) -> None:
@@ -963,6 +996,29 @@ def _print_tick(stats: dict, world: traffic.World) -> None:
 # --- Entry point ---------------------------------------------------------------------------------------------------
 
 
+def scenarios_of(name: str) -> list[str]:
+    """The scenarios `--scenario` names."""
+    return list(SCENARIOS) if name == "all" else [name]
+
+
+def compare_units(scenarios: list[str], args: argparse.Namespace) -> None:
+    """The same traffic (same seeds) judged on per-user windows and on windows summed into analysis units."""
+    global _ANALYSIS_UNITS
+    spent = {}
+    results = {}
+    for units in (0, args.analysis_units):
+        _ANALYSIS_UNITS = units  # read by _open in the workers, which fork after this
+        began = time.perf_counter()
+        results[units] = run_all(scenarios, args.profile, args.rollouts, args.seed, args.workers, args.exact)
+        spent[units] = time.perf_counter() - began
+    print(
+        f"\nverdicts at {args.profile} exposure ({'per-call' if args.exact else 'aggregated'} traffic), "
+        f"{args.rollouts} rollouts per scenario on the same seeds: per user ({spent[0]:.0f} s) against "
+        f"{args.analysis_units} analysis units ({spent[args.analysis_units]:.0f} s), the Prometheus source's clusters"
+    )
+    print_table(results[args.analysis_units], results[0], "per user", f"{args.analysis_units} units")
+
+
 def main() -> None:
     """Run the scenarios and print the comparison table (or one of the checks)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -981,8 +1037,16 @@ def main() -> None:
         "--baseline-rollouts", type=int, help="rollouts per scenario for the baseline engine (default: --rollouts)"
     )
     parser.add_argument("--json", type=Path, help="also write every outcome here")
+    parser.add_argument(
+        "--analysis-units",
+        type=int,
+        default=0,
+        help="judge windows summed into N analysis units, as read from Prometheus, beside per-user windows",
+    )
     args = parser.parse_args()
-    scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    if args.analysis_units:
+        return compare_units(scenarios_of(args.scenario), args)
+    scenarios = scenarios_of(args.scenario)
     if args.check_tick:
         return check_tick(scenarios[0], args.repeats, args.seed)
     if args.check_baseline:

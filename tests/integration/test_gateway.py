@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -19,7 +20,8 @@ from hypothesis import HealthCheck, settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from mlrelease.gateway import traffic
-from mlrelease.gateway.arm_metrics import ANALYSIS_UNITS
+from mlrelease.gateway.arm_metrics import ANALYSIS_UNITS, analysis_unit
+from mlrelease.gateway.cohorts import bucket
 from mlrelease.gateway.config import load_config
 from mlrelease.gateway.guard import output_ranges
 from mlrelease.model.features import FEATURES, encode_row
@@ -759,14 +761,17 @@ def test_online_reader_on_redis_answers_what_get_online_features_answers(world, 
 # --- the guardrails' evidence through a real Prometheus --------------------------------------------------------
 
 
-def _by_analysis_unit(window: CohortWindow, name: str) -> np.ndarray:
-    """A per-user sum of the decision log's window, summed into the gateway's analysis units (user hash mod units)."""
-    return np.bincount(window.units % ANALYSIS_UNITS, weights=getattr(window, name), minlength=ANALYSIS_UNITS)
+def _by_analysis_unit(window: CohortWindow, name: str, bucket_of: dict[int, int]) -> np.ndarray:
+    """A per-user sum of the decision log's window (users by their hash), summed into the gateway's analysis units
+    (their canary buckets' ranges)."""
+    units = np.array([analysis_unit(bucket_of[int(user)]) for user in window.units], dtype=np.int64)
+    return np.bincount(units, weights=getattr(window, name), minlength=ANALYSIS_UNITS)
 
 
 def _per_unit(window: CohortWindow, name: str) -> np.ndarray:
+    """A per-unit sum of the Prometheus source's window of one cohort, by the unit's number in the cohort."""
     out = np.zeros(ANALYSIS_UNITS)
-    out[window.units] = getattr(window, name)
+    out[window.units & 0xFFFF] = getattr(window, name)  # rollout/prometheus_source.unit_id: the cohort above
     return out
 
 
@@ -809,14 +814,14 @@ def test_prometheus_source_reads_what_the_decision_log_holds_through_a_restart_a
                 for name, metrics in (("decision log", logged_source), ("prometheus", source))
             }
     assert set(scraped) == set(logged)
+    users = pool[cohorts.bucket_key].unique()  # the decision log knows users by a hash: map it to their buckets
+    bucket_of = {zlib.crc32(str(user).encode()): bucket(user) for user in users}
     for key, mine in scraped.items():
         theirs = logged[key]
-        assert len(mine.units) <= ANALYSIS_UNITS
-        for name in (
-            "calls",
-            "failed",
-        ):  # answers: the decision log counts a repeated request once, Prometheus each time
-            per_unit, expected = _per_unit(mine, name), _by_analysis_unit(theirs, name)
+        # not answers: the decision log counts a repeated request once, Prometheus each time; per unit by cohort
+        # (the pooled window's units are several cohorts' own)
+        for name in ("calls", "failed") if key[0] != "*" else ():
+            per_unit, expected = _per_unit(mine, name), _by_analysis_unit(theirs, name, bucket_of)
             assert np.all(per_unit <= expected + 1e-6), f"{key} {name}: Prometheus counted more than was served"
         calls, expected = mine.total("calls"), theirs.total("calls")
         # at most the restarted replica's requests after its last scrape (≤ 1 s at 50 req/s) are missing

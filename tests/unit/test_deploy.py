@@ -479,6 +479,7 @@ BAD_VALUES = [
         ["gateway.autoscaling", "minReplicas (5)"],
     ),
     ({"gateway.autoscaling.minReplicas": 1}, ["gateway", "podDisruptionBudget needs at least 2 replicas"]),
+    ({"gateway.workers": 2}, ["gateway", "workers must be 1 (got 2)", "scale with replicas"]),
     ({"triton.probes.startup.failureThreshold": 10}, ["triton", "modelLoadBudgetSeconds is 600s"]),
     ({"gateway.resources.requests.memory": "4Gi"}, ["gateway.resources", "requests.memory (4Gi) is above"]),
     ({"namespace": "ML_Release"}, ["namespace", "pattern"]),

@@ -14,10 +14,18 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mlrelease.errors import StepError
-from mlrelease.gateway.arm_metrics import ANALYSIS_UNITS, UNIT_PREFIX, ArmSeries, ModelArms
+from mlrelease.gateway.arm_metrics import ANALYSIS_UNITS, UNIT_PREFIX, ArmSeries, ModelArms, analysis_unit
+from mlrelease.gateway.cohorts import BUCKETS
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.rollout.metrics_source_factory import open_metrics_source
-from mlrelease.rollout.prometheus_source import COUNTERS, PrometheusSource, _cohort_windows, _increments, _spread
+from mlrelease.rollout.prometheus_source import (
+    COUNTERS,
+    PrometheusSource,
+    _cohort_windows,
+    _increments,
+    _spread,
+    unit_id,
+)
 from mlrelease.rollout.windows import OUTCOME_CODES, summarize_calls
 from mlrelease.settings import Settings
 from tests.conftest import free_port
@@ -48,6 +56,7 @@ def test_the_gateways_arm_series_read_back_are_the_decision_logs_window_summed_b
     rng = np.random.default_rng(11)
     n = 4_000
     users = rng.zipf(1.6, n) % 900  # a few heavy users, a long tail of light ones
+    buckets = rng.integers(0, BUCKETS, 900)[users]  # each user's canary bucket
     outcome = rng.choice(OUTCOMES, n)
     latency = rng.lognormal(-5.5, 1.2, n)
     prediction = rng.lognormal(2.5, 0.6, n)
@@ -60,7 +69,7 @@ def test_the_gateways_arm_series_read_back_are_the_decision_logs_window_summed_b
         arms.observe(
             cohort="core",
             assigned=2,
-            unit=int(users[i]),
+            bucket=int(buckets[i]),
             retry=bool(retry[i]),
             outcome=str(outcome[i]),
             latency_s=float(latency[i]),
@@ -71,7 +80,7 @@ def test_the_gateways_arm_series_read_back_are_the_decision_logs_window_summed_b
     assert set(got) == {("core", 2), ("*", 2)}
     made = outcome != "unavailable"  # a request stable's breaker rested made no model call: no contract reads it
     expected = summarize_calls(
-        unit=(users % ANALYSIS_UNITS)[made],
+        unit=np.array([unit_id("core", analysis_unit(b)) for b in buckets])[made],
         outcome=np.array([OUTCOME_CODES[o] for o in outcome])[made],
         latency_s=latency[made],
         retry=retry[made],
@@ -87,6 +96,16 @@ def test_the_gateways_arm_series_read_back_are_the_decision_logs_window_summed_b
     np.testing.assert_allclose(window.slow, expected.slow)
     assert window.total("failed") > 0 and window.total("nan") > 0 and window.slow[:, 20].sum() > 0
     np.testing.assert_allclose(got[("*", 2)].calls, window.calls)
+
+
+def test_analysis_units_are_contiguous_bucket_ranges_so_a_canary_threshold_cuts_at_most_one():
+    """Every unit holds BUCKETS / ANALYSIS_UNITS neighbouring buckets: a cohort's candidate (the buckets below its
+    threshold) and its stable share no unit but the one the threshold falls in."""
+    units = np.array([analysis_unit(b) for b in range(BUCKETS)])
+    assert units[0] == 0 and units[-1] == ANALYSIS_UNITS - 1 and np.all(np.diff(units) >= 0)
+    assert set(np.bincount(units)) <= {BUCKETS // ANALYSIS_UNITS, BUCKETS // ANALYSIS_UNITS + 1}
+    for threshold in (500, 5_000, 9_500):  # 5 %, 50 %, 95 % on the candidate
+        assert len(set(units[:threshold]) & set(units[threshold:])) <= 1
 
 
 def test_a_gateway_process_exports_its_start_time_beside_the_arm_series():

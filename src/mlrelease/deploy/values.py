@@ -256,7 +256,7 @@ class Gateway(Model):
     serviceAccount: Name = "mlrelease-gateway"
     image: Image = Image(repository="ghcr.io/mlrelease/gateway", tag="0.1.0")
     port: Port = 8080
-    workers: int = Field(1, ge=1, le=32)
+    workers: int = Field(1, ge=1)
     replicas: int = Field(3, ge=1)
     autoscaling: Autoscaling = Autoscaling()
     podDisruptionBudget: DisruptionBudget = DisruptionBudget()
@@ -285,6 +285,13 @@ class Gateway(Model):
             raise ValueError(
                 f"podDisruptionBudget.maxUnavailable ({pdb.maxUnavailable}) must be below the replica count "
                 f"({self.fewest_replicas}), or a drain can take every pod at once"
+            )
+        if self.workers != 1:
+            # each uvicorn worker keeps its own metrics and a scrape of the pod reads one of them at random, so every
+            # counter would jump between workers for the alerts, the dashboard and the prometheus metrics source
+            raise ValueError(
+                f"workers must be 1 (got {self.workers}): each worker keeps its own /metrics and a scrape reads one "
+                "at random; scale with replicas (the HPA) instead"
             )
         if self.autoscaling.enabled and "cpu" not in self.resources.requests:
             raise ValueError("autoscaling on CPU utilisation needs resources.requests.cpu")

@@ -1,10 +1,13 @@
 """The guardrails' evidence as Prometheus series: each model call summed by assigned arm and by *analysis unit*.
 
 The verdict engine judges arms by assignment and clusters every variance by user (rollout/windows.py). Prometheus
-cannot hold a series per user, so each user is hashed into one of `ANALYSIS_UNITS` units (the decision log's `unit`,
-a CRC-32 of the user, modulo the count; independent of the canary bucket, which is a BLAKE2 hash) and every sum a
-contract reads is kept per unit. A unit is a cluster of whole users, so a variance clustered by unit is still a valid
-variance clustered by user (coarser, never finer); with 64 units it has ~63 degrees of freedom. The sums:
+cannot hold a series per user, so users are grouped into `ANALYSIS_UNITS` units by their canary bucket, in contiguous
+ranges (unit = bucket × units ÷ buckets). A unit is a cluster of whole users, so a variance clustered by unit is a valid
+variance clustered by user (coarser, never finer). Contiguous ranges make every unit belong to one arm (a cohort's
+candidate holds the buckets below its threshold), except the one unit the threshold cuts: so a unit's sums before the
+rollout are the sums of the same users, and the comparison's covariate (each user's own pre-rollout level, CUPED) keeps
+its power. Hashing users into units independently of the bucket would mix both arms' users in every unit and leave the
+covariate little to explain (measured: `bench/bench_verdict_sim.py --analysis-units`). The sums:
 
 - `…_unit_requests_total`, `…_unit_failed_total` (error, timeout, out of range), `…_unit_nan_total`,
   `…_unit_answers_total` and `…_unit_low_score_total` (answers with a score under LOW_CONFIDENCE): counts;
@@ -30,17 +33,24 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from mlrelease.gateway.cohorts import BUCKETS
 from mlrelease.rollout.windows import HARD_FAILURES, LATENCY_BOUNDS_S, LOW_CONFIDENCE, NAN, OK, OUTCOME_CODES
 
-# Users hashed into this many units per cohort and arm. More units: a finer clustering (closer to per user) and more
-# series — each unit has 8 counters and a 41-bound histogram, so 64 units × 2 arms × 3 cohorts ≈ 19,000 series per
-# model and replica while a candidate is out. The reader takes whatever units it finds.
-ANALYSIS_UNITS = 64
+# Canary-bucket ranges per cohort. More units: a finer clustering (closer to per user), more clusters in a small arm
+# (the last stage's 5 % control holds ~6 units per cohort) and more series: each unit has 8 counters and a 41-bound
+# histogram, and it is in one arm at a time, so 128 units × 3 cohorts ≈ 20,000 series per model and replica (up to
+# twice that once a rollout moved units from stable to the candidate). The reader takes whatever units it finds.
+ANALYSIS_UNITS = 128
 FLOOR = 1e-6  # what rollout/windows.py clips latencies, predictions and scores at before taking the log
 LOG_OFFSET = -math.log(FLOOR)  # log(x) + LOG_OFFSET ≥ 0 for every clipped x
 UNIT_PREFIX = "mlrelease_gateway_unit"
 ARM_CALLS = "mlrelease_gateway_arm_calls"
 UNIT_LABELS = ["model", "cohort", "assigned", "unit"]
+
+
+def analysis_unit(bucket: int) -> int:
+    """The analysis unit of a canary bucket: its contiguous range of BUCKETS ÷ ANALYSIS_UNITS buckets."""
+    return bucket * ANALYSIS_UNITS // BUCKETS
 
 
 def _positive_log(x: float) -> float:
@@ -90,14 +100,15 @@ class ModelArms:
         *,
         cohort: str,
         assigned: int,
-        unit: int,
+        bucket: int,
         retry: bool,
         outcome: str,
         latency_s: float,
         prediction: float | None,
         score: float | None,
     ) -> None:
-        """Record one model call of a request assigned to `assigned` (see the module docstring for what counts)."""
+        """Record one model call of a request assigned to `assigned` whose user has canary `bucket` (see the module
+        docstring for what counts)."""
         key = (cohort, assigned, outcome, retry)
         calls = self._calls.get(key)
         if calls is None:
@@ -106,7 +117,7 @@ class ModelArms:
         code = OUTCOME_CODES[outcome]
         if retry or outcome == "unavailable":
             return
-        children = self._unit(cohort, assigned, unit % ANALYSIS_UNITS)
+        children = self._unit(cohort, assigned, analysis_unit(bucket))
         requests, failed, nan, answers, low, log_latency, log_prediction, log_score, latency = children
         requests.inc()
         log_latency.inc(_positive_log(latency_s))

@@ -137,7 +137,9 @@ class PredictService:
             raise RoutingStateMissing(self.router.last_error or "no routing state has been read yet")
         version, role = route
         # The arm the request is judged in is its user's assignment, whoever answers it (see rollout/windows.py).
-        call = _Call(cohort, assigned_version(state, cohort, canary_bucket), zlib.crc32(str(user).encode()))
+        call = _Call(
+            cohort, assigned_version(state, cohort, canary_bucket), zlib.crc32(str(user).encode()), canary_bucket
+        )
         row = self._encode_row(features)
         answer: ModelAnswer | None = None
         source: Literal["model", "fallback_rule"]
@@ -271,7 +273,7 @@ class PredictService:
         self.metrics.arms.observe(
             cohort=call.cohort,
             assigned=call.assigned,
-            unit=call.unit,
+            bucket=call.bucket,
             retry=call.retry,
             outcome=outcome,
             latency_s=latency_s,
@@ -305,8 +307,9 @@ class _Call:
     cohort: str
     assigned: int  # the version the user is assigned to (the arm it is judged in)
     unit: int  # a hash of the user: the unit of analysis
+    bucket: int  # the user's canary bucket: its Prometheus analysis unit (gateway/arm_metrics.py)
     retry: bool = False  # this call answers, on stable, a candidate-assigned request whose candidate call failed
 
     def retried(self) -> _Call:
         """The same request, now being retried on stable."""
-        return _Call(self.cohort, self.assigned, self.unit, retry=True)
+        return _Call(self.cohort, self.assigned, self.unit, self.bucket, retry=True)

@@ -28,7 +28,8 @@ class GatewayTrafficRouter:
     def __init__(self, store: RoutingStore, model: str, triton: str, settings: Settings | None = None) -> None:
         self.store, self.model, self.triton, self.settings = store, model, triton, settings
         self.location = store.location
-        self.observed_by = frozenset({"decision_log"})  # every call it routes lands in the decision log
+        # every call it routes lands in the decision log and in the replicas' arm series Prometheus scrapes
+        self.observed_by = frozenset({"decision_log", "prometheus"})
 
     @classmethod
     def from_settings(cls, settings: Settings, model: str) -> GatewayTrafficRouter:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -222,12 +223,18 @@ def _unit_key(labels: dict[str, str], name: str) -> tuple[str, int, int, str]:
         raise StepError(f"a Prometheus series {labels} lacks the gateway's cohort/assigned/unit labels") from None
 
 
+def unit_id(cohort: str, unit: int) -> int:
+    """A unit's id across cohorts: the gateway numbers units within a cohort (canary-bucket ranges), and the users of
+    unit 5 of one cohort are not those of unit 5 of another, so pooled cohorts keep them apart (more clusters)."""
+    return (zlib.crc32(cohort.encode()) << 16) | unit
+
+
 def _cohort_windows(sums: dict[tuple[str, int, int, str], float]) -> dict[Arm, CohortWindow]:
     """The per-unit sums as one CohortWindow per (cohort, assigned), and per (`*`, assigned) over every cohort."""
     arms: dict[Arm, dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
     for (cohort, assigned, unit, name), value in sums.items():
         for arm in ((cohort, assigned), (ALL_COHORTS, assigned)):
-            arms[arm][unit][name] += value
+            arms[arm][unit_id(cohort, unit)][name] += value
     return {arm: window for arm, units in arms.items() if (window := _window(units)) is not None}
 
 

@@ -154,6 +154,19 @@ def on_units(ids: np.ndarray, values: np.ndarray, units: np.ndarray) -> np.ndarr
     return out
 
 
+def by_unit(window: CohortWindow, unit: np.ndarray) -> CohortWindow:
+    """The window's users summed into analysis units (`unit`: each of `window.units`' unit), units without requests
+    dropped: what a reader of the gateway's per-unit Prometheus series (rollout/prometheus_source.py) sees."""
+    if not len(window.units):
+        return window
+    ids, where = np.unique(np.asarray(unit, dtype=np.int64), return_inverse=True)
+    n, bounds = len(ids), len(LATENCY_BOUNDS_S)
+    sums = {name: np.bincount(where, weights=getattr(window, name), minlength=n) for name in _SUMS}
+    cells = (where[:, None] * bounds + np.arange(bounds)[None, :]).ravel()
+    slow = np.bincount(cells, weights=window.slow.ravel(), minlength=n * bounds).reshape(n, bounds)
+    return CohortWindow(ids, **sums, slow=slow)
+
+
 def dense(window: CohortWindow, users: int) -> CohortWindow:
     """The window laid out over users 0 … users − 1 (ids are indices), so that adding two is adding arrays."""
     sums = {}
