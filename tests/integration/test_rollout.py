@@ -47,6 +47,7 @@ from mlrelease_drills.devkit import (
     SLOW,
 )
 from tests.conftest import WINDOW_END
+from tests.integration.prometheus_server import prometheus_server
 from tests.integration.serving_world import MLRELEASE, World, gateway_process, serving_world
 from tests.small_world_plan import GOOD_PLAN, PLAN
 
@@ -95,11 +96,15 @@ def bodies(world) -> list[dict[str, Any]]:
 @pytest.fixture
 def fresh(world) -> Iterator[World]:
     """GOOD champion and stable, no candidate, no rollout record: each scenario starts the same."""
+    _start_fresh(world)
+    yield world
+
+
+def _start_fresh(world: World) -> None:
     _serve(world, [GOOD])
     Registry.from_settings(world.settings).client().set_registered_model_alias(MODEL_NAME, CHAMPION, str(GOOD))
     world.routing(_config(), "set", "--stable", str(GOOD), "--candidate", "0", "--clear-trips")
     shutil.rmtree(world.settings.home / "rollout", ignore_errors=True)
-    yield world
 
 
 class Release:
@@ -257,6 +262,33 @@ def test_a_restarted_triton_gets_its_versions_back_and_a_rollback_still_reaches_
     assert _aliases(fresh) == {CHAMPION: GOOD, CHALLENGER: None}
     assert fresh.client().version_ready(MODEL_NAME, GOOD)
     assert not fresh.client().version_ready(MODEL_NAME, HEALTHY_CANDIDATE)
+
+
+def test_every_verdict_read_from_a_real_prometheus_rolls_back_a_slow_candidate_and_promotes_a_good_one(
+    fresh, gateway, bodies, tmp_path
+):
+    """MLRELEASE_METRICS_SOURCE=prometheus: the steps read every guardrail's evidence with PromQL from a Prometheus
+    scraping the gateway every second (its per-unit arm series), never from the decision log. A slow candidate is
+    rolled back at the first stage by the latency contract; a healthy one passes every stage and is promoted."""
+    port = gateway.rsplit(":", 1)[1]
+    default = fresh.settings
+    with prometheus_server(tmp_path / "prometheus", [f"127.0.0.1:{port}"]) as prometheus:
+        fresh.settings = replace(default, metrics_source="prometheus", prometheus_url=prometheus.url)
+        try:
+            slow = Release(fresh, SLOW)
+            outcome, report = _traffic_then(fresh, gateway, bodies, lambda: slow.wait_and_analyze(1))
+            assert isinstance(outcome, GateFailed) and "* latency: shift +" in str(outcome), outcome
+            assert slow.record().phase is Phase.ROLLED_BACK and report.errors == 0, report.summary()
+            assert steps.status(fresh.settings)["metrics_source"] == f"{prometheus.url} (model {MODEL_NAME})"
+            _start_fresh(fresh)
+            good = Release(fresh, HEALTHY_CANDIDATE, plan="good-plan.yaml")
+            results, report = _traffic_then(fresh, gateway, bodies, good.all_stages)
+            assert [r["action"] for r in results] == ["advance", "advance", "promote"], results
+            assert all(v == "pass" for r in results for v in r["verdicts"].values()), results
+            assert steps.promote(fresh.settings, HEALTHY_CANDIDATE, good.key)["status"] == "promoted"
+            assert report.errors == 0, report.summary()
+        finally:
+            fresh.settings = default
 
 
 def test_erroring_candidate_is_rolled_back_at_the_first_stage(fresh, gateway, bodies):
