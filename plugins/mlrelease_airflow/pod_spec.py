@@ -112,6 +112,10 @@ class ClusterSettings:
     run_as_user: int = 10001
     gateway_config_map: str = "mlrelease-gateway-config"
     traffic_router: str = "gateway"  # MLRELEASE_TRAFFIC_ROUTER: `httproute` routing steps talk to the Kubernetes API
+    # MLRELEASE_METRICS_SOURCE (+ _PROMETHEUS_URL, _PROMETHEUS_SELECTOR): where analyze reads the guardrails' evidence
+    metrics_source: str = "decision_log"
+    prometheus_url: str = ""
+    prometheus_selector: str = ""
     # MLRELEASE_K8S_DEFERRABLE: a running step waits in the triggerer, not in a worker slot (needs a triggerer).
     deferrable: bool = True
     # MLRELEASE_K8S_POD_TEMPLATE_FILE: a pod YAML the platform team owns (labels, tolerations, pull secrets…),
@@ -140,6 +144,9 @@ class ClusterSettings:
             gpu_toleration_key=get("MLRELEASE_K8S_GPU_TOLERATION", "nvidia.com/gpu"),
             gateway_config_map=get("MLRELEASE_K8S_GATEWAY_CONFIGMAP", "mlrelease-gateway-config"),
             traffic_router=get("MLRELEASE_TRAFFIC_ROUTER", "gateway"),
+            metrics_source=get("MLRELEASE_METRICS_SOURCE", "decision_log"),
+            prometheus_url=get("MLRELEASE_PROMETHEUS_URL", ""),
+            prometheus_selector=get("MLRELEASE_PROMETHEUS_SELECTOR", ""),
             deferrable=env_flag("MLRELEASE_K8S_DEFERRABLE", default=True),
             pod_template_file=get("MLRELEASE_K8S_POD_TEMPLATE_FILE", "").strip() or None,
         )

@@ -9,6 +9,8 @@ import importlib.resources
 import json
 import math
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,9 @@ from mlrelease.deploy.cli import register
 from mlrelease.deploy.gateway_config import cluster_gateway_config, triton_url
 from mlrelease.deploy.kube_schema import strict_validate
 from mlrelease.deploy.meta import STATE_MOUNT
+from mlrelease.deploy.meta import selector as pod_selector
+from mlrelease.deploy.monitoring import monitoring_objects, source_selector
+from mlrelease.deploy.network import network_policies, peer_selectors
 from mlrelease.deploy.quantity import parse_quantity
 from mlrelease.deploy.render import render_file, render_objects
 from mlrelease.deploy.values import DeployValues, load_values
@@ -487,6 +492,8 @@ BAD_VALUES = [
     ({"routing.mode": "httproute"}, ["network.kubernetesApi"]),
     ({"routing.stateUrl": "redis://:secret@redis:6379/0"}, ["routing.stateUrl", "password"]),
     ({"routing.httpRoute.namespace": "gateways"}, ["routing.httpRoute.namespace 'gateways' must be the release"]),
+    ({"monitoring.prometheusUrl": "prometheus:9090"}, ["monitoring.prometheusUrl", "not an http:// or https://"]),
+    ({"monitoring.scrapeInterval": "15 s"}, ["monitoring.scrapeInterval", "pattern"]),
 ]
 
 
@@ -660,6 +667,9 @@ def test_airflow_values_point_the_dag_at_the_rendered_cluster() -> None:
     assert selector == values.gpu.nodeSelector
     assert env["MLRELEASE_K8S_GATEWAY_CONFIGMAP"] == values.gateway.configMap
     assert env["MLRELEASE_TRAFFIC_ROUTER"] == values.routing.mode
+    assert env["MLRELEASE_METRICS_SOURCE"] == values.monitoring.metricsSource
+    assert env["MLRELEASE_PROMETHEUS_URL"] == values.monitoring.prometheusUrl
+    assert env["MLRELEASE_PROMETHEUS_SELECTOR"] == source_selector(values)
     assert chart["workers"]["serviceAccount"]["name"] in values.airflow.serviceAccounts
     # Deferrable step pods: the triggerer watches them, so it is bound to the pod-launcher Role too.
     assert env["MLRELEASE_K8S_DEFERRABLE"] == "true" and chart["triggerer"]["enabled"] is True
@@ -729,8 +739,14 @@ def test_deploy_render_writes_one_valid_file_per_object(
     args = parse(["deploy", "render", "--values", str(VALUES), "--out", str(out)])
     assert run(args.handler, args) == 0
     result = json.loads(capsys.readouterr().out)
-    files = sorted(out.iterdir())
+    files = sorted(f for f in out.iterdir() if f.is_file())
     assert [str(f) for f in files] == sorted(result["files"]) and len(files) == len(shipped[1])
+    # the Prometheus Operator objects apart (they need its CRDs), one file each
+    monitors = sorted((out / "monitoring").iterdir())
+    assert [str(f) for f in monitors] == sorted(result["monitoring"])
+    assert [safe_load(f.read_text(encoding="utf-8"))["kind"] for f in monitors] == ["PodMonitor"] * 2 + [
+        "PrometheusRule"
+    ]
     loaded = [safe_load(f.read_text(encoding="utf-8")) for f in files]
     # The objects test_every_rendered_object_passes_strict_kubernetes_validation checks, in apply order.
     assert loaded == shipped[1]
@@ -803,3 +819,57 @@ def test_gateway_mode_has_no_route_and_no_router_config(shipped: tuple[DeployVal
     values, objects = shipped
     assert not of_kind(objects, "HTTPRoute")
     assert "httproute.yaml" not in named(objects, "ConfigMap", values.gateway.configMap)["data"]
+
+
+# --- Prometheus Operator objects ------------------------------------------------------------------------------
+
+
+def test_monitoring_objects_are_valid_prometheus_operator_objects_and_the_rules_pass_promtool(tmp_path: Path) -> None:
+    """A PodMonitor per workload (every pod scraped on its own, under the job names the alerts use) and the alert
+    rules as a PrometheusRule: valid against the operator's CRD schemas, the rules' groups checked by promtool."""
+    from tests.prometheus_operator_schema import validate_prometheus_operator
+
+    values = load_values(VALUES)
+    objects = monitoring_objects(values)
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("PodMonitor", values.gateway.name),
+        ("PodMonitor", values.triton.name),
+        ("PrometheusRule", "mlrelease"),
+    ]
+    assert validate_prometheus_operator(objects) == [None, None, None]
+    gateway_monitor = objects[0]
+    assert gateway_monitor["spec"]["selector"]["matchLabels"] == pod_selector(values.gateway.name)
+    endpoint = gateway_monitor["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["port"] == "http" and endpoint["relabelings"][0]["replacement"] == "mlrelease-gateway"
+    assert gateway_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": objects[2]["spec"]["groups"]}))
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    checked = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    broken = {**objects[0], "spec": {**objects[0]["spec"], "podMetricsEndpoints": [{**endpoint, "interval": "15 s"}]}}
+    assert "interval" in (validate_prometheus_operator([broken])[0] or "")
+    quiet = _values_with({"monitoring.podMonitors": False, "monitoring.prometheusRule": False})
+    assert monitoring_objects(quiet) == []
+
+
+def test_the_prometheus_metrics_source_lets_the_steps_reach_prometheus_and_nothing_else_does() -> None:
+    values = load_values(VALUES)
+    assert values.monitoring.metricsSource == "decision_log"
+
+    def step_egress(v: DeployValues) -> list[dict]:
+        (policy,) = [p for p in network_policies(v) if p["metadata"]["name"] == "mlrelease-steps-egress"]
+        return policy["spec"]["egress"]
+
+    prometheus = _values_with({"monitoring.metricsSource": "prometheus"})
+    added = [rule for rule in step_egress(prometheus) if rule not in step_egress(values)]
+    assert added == [{"to": peer_selectors(values.network.prometheus), "ports": [{"protocol": "TCP", "port": 9090}]}]
+    assert source_selector(values) == 'job="mlrelease-gateway", namespace="mlrelease"'
+
+
+def _values_with(changes: dict[str, Any]) -> DeployValues:
+    """deploy/values.yaml with `changes` (dotted paths) applied."""
+    raw = raw_values()
+    for dotted, value in changes.items():
+        _set(raw, dotted, value)
+    return DeployValues.model_validate(raw)

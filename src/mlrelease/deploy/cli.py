@@ -15,6 +15,7 @@ def _cmd_render(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
         check_objects,
         render_create_once,
         render_file,
+        render_monitoring,
         summary,
         write_objects,
         yaml_stream,
@@ -30,10 +31,14 @@ def _cmd_render(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     # Kept apart so `kubectl apply -f OUT` never resets the routing a rollout holds in the HTTPRoute.
     once = render_create_once(args.values)
     created = write_objects(once, Path(args.out) / "create-once") if once else []
+    # Apart too: they need the Prometheus Operator's CRDs (kubectl apply -f OUT/monitoring once the operator runs).
+    monitoring = render_monitoring(args.values)
+    monitors = write_objects(monitoring, Path(args.out) / "monitoring") if monitoring else []
     return {
         **summary(values, objects, args.kubernetes_version),
         "files": [str(p) for p in written],
         "create_once": [str(p) for p in created],
+        "monitoring": [str(p) for p in monitors],
     }
 
 

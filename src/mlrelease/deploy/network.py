@@ -103,7 +103,8 @@ def triton_policies(values: DeployValues) -> list[dict[str, Any]]:
 
 
 def step_policies(values: DeployValues) -> list[dict[str, Any]]:
-    """Step pods → Triton, Redis, MLflow, Feast (online store, registry), DNS (+ Pushgateway, + API in httproute mode).
+    """Step pods → Triton, Redis, MLflow, Feast (online store, registry), DNS (+ Pushgateway, + Prometheus when it is
+    the metrics source, + API in httproute mode).
 
     Nothing connects to a step pod: Airflow reads its log and XCom through the API server, not the pod network.
     """
@@ -118,6 +119,8 @@ def step_policies(values: DeployValues) -> list[dict[str, Any]]:
     ]
     if net.pushgateway is not None:  # check-freshness pushes its gauges when MLRELEASE_PUSHGATEWAY_URL is set
         egress.append(_to(net.pushgateway))
+    if values.monitoring.metricsSource == "prometheus":  # analyze reads the guardrails' evidence with PromQL
+        egress.append({"to": peer_selectors(net.prometheus), "ports": tcp(values.monitoring.prometheusPort)})
     if values.routing.mode == "httproute" and net.kubernetesApi is not None:  # patch the HTTPRoute
         egress.append(_to(net.kubernetesApi))
     return [_policy(values, "mlrelease-steps-egress", STEP_POD_SELECTOR, "Egress", egress)]

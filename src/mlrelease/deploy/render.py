@@ -51,6 +51,13 @@ def render_file(values_path: str | Path) -> tuple[DeployValues, list[dict[str, A
     return values, render_objects(values, config)
 
 
+def render_monitoring(values_path: str | Path) -> list[dict[str, Any]]:
+    """The Prometheus Operator objects of a values file (deploy/monitoring.py)."""
+    from mlrelease.deploy.monitoring import monitoring_objects
+
+    return monitoring_objects(load_values(Path(values_path)))
+
+
 def render_create_once(values_path: str | Path) -> list[dict[str, Any]]:
     """The create-once objects of a values file (empty unless routing.mode is httproute)."""
     path = Path(values_path)

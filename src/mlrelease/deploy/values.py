@@ -373,6 +373,35 @@ class Network(Model):
         return self
 
 
+class Monitoring(Model):
+    """Prometheus Operator objects, and where the rollout steps read their evidence.
+
+    PodMonitors scrape every gateway and Triton pod on its own (a scrape through a Service reads one replica at
+    random, and every counter would jump between replicas); the PrometheusRule carries
+    deploy/monitoring/prometheus/alerts.yaml. `metricsSource: prometheus` makes the rollout steps judge from
+    Prometheus (MLRELEASE_METRICS_SOURCE in the Airflow values must say the same) and lets them reach it.
+    """
+
+    podMonitors: bool = True
+    prometheusRule: bool = True
+    scrapeInterval: Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]*(ms|s|m)$")] = "15s"
+    labels: dict[str, str] = Field(
+        default_factory=lambda: {"release": "kube-prometheus-stack"},
+        description="labels your Prometheus' podMonitorSelector and ruleSelector match",
+    )
+    metricsSource: Literal["decision_log", "prometheus"] = "decision_log"
+    prometheusUrl: str = "http://prometheus-operated.monitoring.svc:9090"
+    prometheusPort: Port = 9090
+
+    @field_validator("prometheusUrl")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
+        return value
+
+
 class DeployValues(Model):
     """Everything `mlrelease deploy render` needs."""
 
@@ -387,6 +416,7 @@ class DeployValues(Model):
     gateway: Gateway = Gateway()
     triton: Triton = Triton()
     network: Network = Network()
+    monitoring: Monitoring = Monitoring()
 
     @property
     def route_namespace(self) -> str:
