@@ -38,7 +38,7 @@ def _service(infer: Any) -> tuple[PredictService, _Router]:
 def _call(service: PredictService, version: int, candidate: bool) -> ModelAnswer | None:
     timeout_ms = service.config.guard.candidate_timeout_ms if candidate else service.config.guard.stable_timeout_ms
     row = np.zeros((1, 14), np.float32)
-    return asyncio.run(service._call(version, row, _Call("core", version, 1), timeout_ms, candidate=candidate))  # noqa: SLF001
+    return asyncio.run(service._call(version, row, _Call("core", version, 1, 0), timeout_ms, candidate=candidate))  # noqa: SLF001
 
 
 def test_a_slowdown_that_times_out_the_candidate_also_counts_against_stable_so_it_never_trips():

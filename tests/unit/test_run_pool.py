@@ -104,7 +104,7 @@ def _replicas(n: int, infer: Any) -> tuple[list[PredictService], list[_Router]]:
 async def _call(service: PredictService, version: int, candidate: bool) -> ModelAnswer | None:
     timeout_ms = service.config.guard.candidate_timeout_ms if candidate else service.config.guard.stable_timeout_ms
     row = np.zeros((1, 14), np.float32)
-    answer = await service._call(version, row, _Call("core", version, 1), timeout_ms, candidate=candidate)  # noqa: SLF001
+    answer = await service._call(version, row, _Call("core", version, 1, 0), timeout_ms, candidate=candidate)  # noqa: SLF001
     await asyncio.sleep(0)  # the pool's answer (a task) lands before the next request
     await asyncio.sleep(0)
     return answer
