@@ -29,12 +29,17 @@ accounts for them; only the weighting of the answer contracts' means differs a l
 from __future__ import annotations
 
 import math
-from typing import Any
+from bisect import bisect_left
+from collections.abc import Iterator
+from itertools import accumulate
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from mlrelease.gateway.cohorts import BUCKETS
-from mlrelease.rollout.windows import HARD_FAILURES, LATENCY_BOUNDS_S, LOW_CONFIDENCE, NAN, OK, OUTCOME_CODES
+from mlrelease.verdicts.calls import HARD_FAILURES, LATENCY_BOUNDS_S, LOW_CONFIDENCE, NAN, OK, OUTCOME_CODES
 
 # Canary-bucket ranges per cohort. More units: a finer clustering (closer to per user), more clusters in a small arm
 # (the last stage's 5 % control holds ~6 units per cohort) and more series: each unit has 8 counters and a 41-bound
@@ -57,43 +62,73 @@ def _positive_log(x: float) -> float:
     return math.log(max(x, FLOOR)) + LOG_OFFSET if math.isfinite(x) else 0.0
 
 
-class ArmSeries:
-    """The per-unit and per-outcome series of one gateway process (every served model's, by the `model` label)."""
+# The per-unit sums, in this order in each unit's list (then Σ latency, and one count per latency bucket, +Inf last).
+SUMS = ("requests", "failed", "nan", "answers", "low_score", "log_latency", "log_prediction", "log_score")
+HELP = {
+    "requests": "Requests by assigned arm and analysis unit (retries not counted).",
+    "failed": "Requests whose model call failed (error, timeout, out of range).",
+    "nan": "Requests answered with NaN or infinity.",
+    "answers": "Requests answered by a model.",
+    "low_score": f"Answers whose score is under {LOW_CONFIDENCE}.",
+    "log_latency": f"Σ log(latency s) + {LOG_OFFSET:.4f} over requests.",
+    "log_prediction": f"Σ log(prediction) + {LOG_OFFSET:.4f} over answers.",
+    "log_score": f"Σ log(score) + {LOG_OFFSET:.4f} over answers.",
+}
+BOUNDS = tuple(float(b) for b in LATENCY_BOUNDS_S)
+REQUESTS, FAILED, NAN_SUM, ANSWERS, LOW, LOG_LATENCY, LOG_PREDICTION, LOG_SCORE = range(len(SUMS))
+LATENCY_SUM = len(SUMS)  # Σ latency in seconds: the histogram's _sum
+FIRST_BUCKET = LATENCY_SUM + 1
+
+
+class ArmSeries(Collector):
+    """The per-unit and per-outcome series of one gateway process (every served model's, by the `model` label).
+
+    A collector of plain sums rather than prometheus_client children: a call adds to one list (no lock per
+    increment, a bisect instead of a walk over 41 buckets), which keeps the bookkeeping a few µs per call
+    (`bench/bench_arm_metrics.py`). The gateway records calls on its event loop, and `/metrics` collects there
+    too, so nothing changes the sums while they are read.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        def counter(name: str, help_text: str) -> Counter:
-            return Counter(f"{UNIT_PREFIX}_{name}", help_text, UNIT_LABELS, registry=registry)
+        self.models: list[ModelArms] = []
+        registry.register(self)
 
-        self.requests = counter("requests", "Requests by assigned arm and analysis unit (retries not counted).")
-        self.failed = counter("failed", "Requests whose model call failed (error, timeout, out of range).")
-        self.nan = counter("nan", "Requests answered with NaN or infinity.")
-        self.answers = counter("answers", "Requests answered by a model.")
-        self.low_score = counter("low_score", f"Answers whose score is under {LOW_CONFIDENCE}.")
-        self.log_latency = counter("log_latency", f"Σ log(latency s) + {LOG_OFFSET:.4f} over requests.")
-        self.log_prediction = counter("log_prediction", f"Σ log(prediction) + {LOG_OFFSET:.4f} over answers.")
-        self.log_score = counter("log_score", f"Σ log(score) + {LOG_OFFSET:.4f} over answers.")
-        self.latency = Histogram(
+    def collect(self) -> Iterator[Metric]:
+        """The sums as Prometheus counters and a histogram (cumulative buckets)."""
+        families = {name: CounterMetricFamily(f"{UNIT_PREFIX}_{name}", HELP[name], labels=UNIT_LABELS) for name in SUMS}
+        latency = HistogramMetricFamily(
             f"{UNIT_PREFIX}_latency_seconds",
             "Model-call latency of requests, by assigned arm and analysis unit.",
-            UNIT_LABELS,
-            buckets=tuple(float(b) for b in LATENCY_BOUNDS_S),
-            registry=registry,
+            labels=UNIT_LABELS,
         )
-        self.calls = Counter(
+        calls = CounterMetricFamily(
             ARM_CALLS,
             "Model calls (and requests stable's breaker rested: outcome unavailable) by assigned arm and outcome.",
-            ["model", "cohort", "assigned", "outcome", "retry"],
-            registry=registry,
+            labels=["model", "cohort", "assigned", "outcome", "retry"],
         )
+        les = [*(floatToGoString(b) for b in BOUNDS), "+Inf"]
+        for arms in self.models:
+            for (cohort, assigned, unit), sums in arms.units.items():
+                labels = [arms.model, cohort, str(assigned), str(unit)]
+                for index, name in enumerate(SUMS):
+                    families[name].add_metric(labels, sums[index])
+                cumulative = list(accumulate(sums[FIRST_BUCKET:]))
+                latency.add_metric(labels, list(zip(les, cumulative, strict=True)), sum_value=sums[LATENCY_SUM])
+            for (cohort, assigned, outcome, retry), count in arms.calls.items():
+                calls.add_metric([arms.model, cohort, str(assigned), outcome, str(retry)], count)
+        yield from families.values()
+        yield latency
+        yield calls
 
 
 class ModelArms:
-    """One served model's view of `ArmSeries`: `observe` records one model call (children resolved once each)."""
+    """One served model's sums (see the module docstring for what counts): `observe` records one model call."""
 
     def __init__(self, series: ArmSeries, model: str) -> None:
-        self.series, self.model = series, model
-        self._units: dict[tuple[str, int, int], tuple[Any, ...]] = {}
-        self._calls: dict[tuple[str, int, str, bool], Any] = {}
+        self.model = model
+        self.units: dict[tuple[str, int, int], list[float]] = {}
+        self.calls: dict[tuple[str, int, str, bool], float] = {}
+        series.models.append(self)
 
     def observe(
         self,
@@ -110,46 +145,25 @@ class ModelArms:
         """Record one model call of a request assigned to `assigned` whose user has canary `bucket` (see the module
         docstring for what counts)."""
         key = (cohort, assigned, outcome, retry)
-        calls = self._calls.get(key)
-        if calls is None:
-            calls = self._calls[key] = self.series.calls.labels(self.model, cohort, str(assigned), outcome, str(retry))
-        calls.inc()
-        code = OUTCOME_CODES[outcome]
+        self.calls[key] = self.calls.get(key, 0.0) + 1.0
         if retry or outcome == "unavailable":
             return
-        children = self._unit(cohort, assigned, analysis_unit(bucket))
-        requests, failed, nan, answers, low, log_latency, log_prediction, log_score, latency = children
-        requests.inc()
-        log_latency.inc(_positive_log(latency_s))
-        latency.observe(latency_s)
+        unit = (cohort, assigned, analysis_unit(bucket))
+        sums = self.units.get(unit)
+        if sums is None:
+            sums = self.units[unit] = [0.0] * (FIRST_BUCKET + len(BOUNDS) + 1)
+        sums[REQUESTS] += 1.0
+        sums[LOG_LATENCY] += _positive_log(latency_s)
+        sums[LATENCY_SUM] += latency_s
+        sums[FIRST_BUCKET + bisect_left(BOUNDS, latency_s)] += 1.0  # the first bound ≥ latency (le: at or below)
+        code = OUTCOME_CODES[outcome]
         if code in HARD_FAILURES:
-            failed.inc()
+            sums[FAILED] += 1.0
         elif code == NAN:
-            nan.inc()
+            sums[NAN_SUM] += 1.0
         elif code == OK and prediction is not None and score is not None:
-            answers.inc()
-            log_prediction.inc(_positive_log(prediction))
-            log_score.inc(_positive_log(score))
+            sums[ANSWERS] += 1.0
+            sums[LOG_PREDICTION] += _positive_log(prediction)
+            sums[LOG_SCORE] += _positive_log(score)
             if score < LOW_CONFIDENCE:
-                low.inc()
-
-    def _unit(self, cohort: str, assigned: int, unit: int) -> tuple[Any, ...]:
-        key = (cohort, assigned, unit)
-        children = self._units.get(key)
-        if children is None:
-            s, labels = self.series, (self.model, cohort, str(assigned), str(unit))
-            children = self._units[key] = tuple(
-                metric.labels(*labels)
-                for metric in (
-                    s.requests,
-                    s.failed,
-                    s.nan,
-                    s.answers,
-                    s.low_score,
-                    s.log_latency,
-                    s.log_prediction,
-                    s.log_score,
-                    s.latency,
-                )
-            )
-        return children
+                sums[LOW] += 1.0

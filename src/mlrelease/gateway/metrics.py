@@ -172,7 +172,7 @@ class ModelMetrics:
         self.version_role = _Bound(metrics.version_role, model)
         self.feature_latency = metrics.feature_latency.labels(model)
         self.routing_revision = metrics.routing_revision.labels(model)
-        self.arms = ModelArms(metrics.arms, model)
+        self.arms = ModelArms(metrics.arms, model)  # the guardrails' evidence, by assigned arm and analysis unit
         self._answer_children: dict[tuple[str, str, str], tuple[Any, ...]] = {}
         self._batch_children: dict[tuple[int, str], Any] = {}
 
