@@ -85,6 +85,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import verdict_traffic as traffic  # noqa: E402
 from verdict_scenarios import CANDIDATE, REFRESH_S, SCENARIOS, STABLE, T0, Outcome  # noqa: E402
 
+from mlrelease.gateway.arm_metrics import ANALYSIS_UNITS, UNIT_OF_BUCKET  # noqa: E402
 from mlrelease.gateway.config import GuardConfig  # noqa: E402
 from mlrelease.gateway.run_pool import pooled_run  # noqa: E402
 from mlrelease.gateway.split_guard import SplitGuard  # noqa: E402
@@ -692,16 +693,14 @@ def _open(run: Rollout, action: Action, now: datetime) -> None:
         seconds = int(spec.max_exposure_s[run.profile] + 2 * spec.check_every_s[run.profile])
         stage = traffic.stage_traffic(run.model, assignment)
         run.source = SumSource(run.clock, stage, cohorts, slice_s, seconds, run.before)
-    if _ANALYSIS_UNITS:  # the gateway's unit: a contiguous range of canary buckets (gateway/arm_metrics.py)
-        # a unit of one cohort is not another's (the source keeps them apart when it pools cohorts)
-        in_cohort = run.world.bucket.astype(np.int64) * _ANALYSIS_UNITS // traffic.BUCKETS
-        unit_of_user = run.world.cohort.astype(np.int64) * _ANALYSIS_UNITS + in_cohort
+    if _BY_UNIT:  # the gateway's units: contiguous canary-bucket ranges (gateway/arm_metrics.py)
+        unit_of_user = np.asarray(UNIT_OF_BUCKET, dtype=np.int64)[run.world.bucket.astype(np.int64)]
         run.source = UnitSource(run.source, unit_of_user)
 
 
 class UnitSource:
     """A stage's source read as the Prometheus source reads the gateway: every window summed into analysis units
-    (`--analysis-units`; the gateway's default is arm_metrics.ANALYSIS_UNITS) instead of per user."""
+    (`--by-unit`: gateway/arm_metrics.UNIT_OF_BUCKET) instead of per user."""
 
     def __init__(self, source: Any, unit_of_user: np.ndarray) -> None:
         self.source, self.unit_of_user = source, unit_of_user
@@ -722,8 +721,8 @@ class UnitSource:
         return self.source.features(cohort, since, until)
 
 
-# Analysis units the windows are summed into (0: per user), set by main before the worker processes fork.
-_ANALYSIS_UNITS = 0
+# Whether windows are summed into the gateway's analysis units (else per user), set by main before the workers fork.
+_BY_UNIT = False
 
 
 def _traffic(run: Rollout, step_s: float) -> None:
@@ -1002,21 +1001,21 @@ def scenarios_of(name: str) -> list[str]:
 
 
 def compare_units(scenarios: list[str], args: argparse.Namespace) -> None:
-    """The same traffic (same seeds) judged on per-user windows and on windows summed into analysis units."""
-    global _ANALYSIS_UNITS
-    spent = {}
-    results = {}
-    for units in (0, args.analysis_units):
-        _ANALYSIS_UNITS = units  # read by _open in the workers, which fork after this
+    """The same traffic (same seeds) judged on per-user windows and on windows summed into the gateway's analysis
+    units (what the Prometheus source reads)."""
+    global _BY_UNIT
+    spent, results = {}, {}
+    for by_unit_now in (False, True):
+        _BY_UNIT = by_unit_now  # read by _open in the workers, which fork after this
         began = time.perf_counter()
-        results[units] = run_all(scenarios, args.profile, args.rollouts, args.seed, args.workers, args.exact)
-        spent[units] = time.perf_counter() - began
+        results[by_unit_now] = run_all(scenarios, args.profile, args.rollouts, args.seed, args.workers, args.exact)
+        spent[by_unit_now] = time.perf_counter() - began
     print(
         f"\nverdicts at {args.profile} exposure ({'per-call' if args.exact else 'aggregated'} traffic), "
-        f"{args.rollouts} rollouts per scenario on the same seeds: per user ({spent[0]:.0f} s) against "
-        f"{args.analysis_units} analysis units ({spent[args.analysis_units]:.0f} s), the Prometheus source's clusters"
+        f"{args.rollouts} rollouts per scenario on the same seeds: per user ({spent[False]:.0f} s) against the "
+        f"Prometheus source's {ANALYSIS_UNITS} analysis units ({spent[True]:.0f} s)"
     )
-    print_table(results[args.analysis_units], results[0], "per user", f"{args.analysis_units} units")
+    print_table(results[True], results[False], "per user", "by unit")
 
 
 def main() -> None:
@@ -1038,13 +1037,12 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="also write every outcome here")
     parser.add_argument(
-        "--analysis-units",
-        type=int,
-        default=0,
-        help="judge windows summed into N analysis units, as read from Prometheus, beside per-user windows",
+        "--by-unit",
+        action="store_true",
+        help="judge windows summed into the gateway's analysis units (the Prometheus source) beside per-user ones",
     )
     args = parser.parse_args()
-    if args.analysis_units:
+    if args.by_unit:
         return compare_units(scenarios_of(args.scenario), args)
     scenarios = scenarios_of(args.scenario)
     if args.check_tick:

@@ -11,33 +11,28 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from mlrelease.errors import StepError
 from mlrelease.gateway.arm_metrics import ANALYSIS_UNITS, UNIT_PREFIX, ArmSeries, ModelArms, analysis_unit
 from mlrelease.gateway.cohorts import BUCKETS
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.rollout.metrics_source_factory import open_metrics_source
-from mlrelease.rollout.prometheus_source import (
-    COUNTERS,
-    PrometheusSource,
-    _cohort_windows,
-    _increments,
-    _spread,
-    unit_id,
-)
+from mlrelease.rollout.prometheus_source import COUNTERS, PrometheusSource, _cohort_windows, _increments, _spread
 from mlrelease.rollout.windows import OUTCOME_CODES, summarize_calls
 from mlrelease.settings import Settings
+from mlrelease.verdicts.sequential import MIN_COVARIATE_USERS
 from tests.conftest import free_port
 
 OUTCOMES = np.array(["ok"] * 12 + ["error", "timeout", "nan", "out_of_range", "unavailable"])
 
 
-def _scraped(registry: CollectorRegistry) -> dict[tuple[str, int, int, str], float]:
-    """What `PrometheusSource._increase` would sum from a scrape of `registry` (every series born in the window)."""
+def _scraped(series: ArmSeries) -> dict[tuple[str, int, int, str], float]:
+    """What `PrometheusSource._increase` would sum from a scrape of `series` (every series born in the window), read
+    back with prometheus_client's own parser of the text format (so the exposition must be valid)."""
     names = {f"{UNIT_PREFIX}_{counter}_total": name for counter, name in COUNTERS.items()}
     sums: dict[tuple[str, int, int, str], float] = {}
-    for family in registry.collect():
+    for family in text_string_to_metric_families(series.exposition().decode()):
         for sample in family.samples:
             labels = sample.labels
             if sample.name in names:
@@ -62,8 +57,8 @@ def test_the_gateways_arm_series_read_back_are_the_decision_logs_window_summed_b
     prediction = rng.lognormal(2.5, 0.6, n)
     score = rng.uniform(0.3, 1.0, n)
     retry = rng.random(n) < 0.05
-    registry = CollectorRegistry()
-    arms = ModelArms(ArmSeries(registry), "parcel_eta")
+    series = ArmSeries()
+    arms = ModelArms(series, "parcel_eta")
     for i in range(n):
         ok = outcome[i] == "ok"
         arms.observe(
@@ -76,11 +71,11 @@ def test_the_gateways_arm_series_read_back_are_the_decision_logs_window_summed_b
             prediction=float(prediction[i]) if ok else None,
             score=float(score[i]) if ok else None,
         )
-    got = _cohort_windows(_scraped(registry))
+    got = _cohort_windows(_scraped(series))
     assert set(got) == {("core", 2), ("*", 2)}
     made = outcome != "unavailable"  # a request stable's breaker rested made no model call: no contract reads it
     expected = summarize_calls(
-        unit=np.array([unit_id("core", analysis_unit(b)) for b in buckets])[made],
+        unit=np.array([analysis_unit(int(b)) for b in buckets])[made],
         outcome=np.array([OUTCOME_CODES[o] for o in outcome])[made],
         latency_s=latency[made],
         retry=retry[made],
@@ -98,20 +93,41 @@ def test_the_gateways_arm_series_read_back_are_the_decision_logs_window_summed_b
     np.testing.assert_allclose(got[("*", 2)].calls, window.calls)
 
 
-def test_analysis_units_are_contiguous_bucket_ranges_so_a_canary_threshold_cuts_at_most_one():
-    """Every unit holds BUCKETS / ANALYSIS_UNITS neighbouring buckets: a cohort's candidate (the buckets below its
-    threshold) and its stable share no unit but the one the threshold falls in."""
+def test_analysis_units_are_contiguous_bucket_ranges_fine_where_a_small_arm_lives():
+    """Every unit holds neighbouring buckets, so a canary threshold cuts at most one unit (the others stay in one arm);
+    a 5 % arm at either end (a canary's candidate, the last stage's control) holds 25 units, each half of a 50/50
+    split 70: enough clusters for a variance and for the pre-rollout covariate."""
     units = np.array([analysis_unit(b) for b in range(BUCKETS)])
     assert units[0] == 0 and units[-1] == ANALYSIS_UNITS - 1 and np.all(np.diff(units) >= 0)
-    assert set(np.bincount(units)) <= {BUCKETS // ANALYSIS_UNITS, BUCKETS // ANALYSIS_UNITS + 1}
-    for threshold in (500, 5_000, 9_500):  # 5 %, 50 %, 95 % on the candidate
+    assert set(np.diff(units)) == {0, 1}
+    for threshold in (500, 5_000, 9_500):
         assert len(set(units[:threshold]) & set(units[threshold:])) <= 1
+    assert [len(set(units[:500])), len(set(units[9_500:]))] == [25, 25]
+    assert [len(set(units[:5_000])), len(set(units[5_000:]))] == [70, 70]
+    assert MIN_COVARIATE_USERS <= 25
+
+
+def test_pooled_cohorts_add_up_unit_by_unit_because_a_unit_holds_the_same_users_in_every_cohort():
+    """A user's orders fall in several cohorts: the pooled window must not count unit 3 of two cohorts as two
+    independent clusters (that would understate the variance)."""
+    sums = {("core", 2, 3, "calls"): 5.0, ("long_tail", 2, 3, "calls"): 2.0, ("core", 2, 4, "calls"): 1.0}
+    sums.update({(c, 2, u, "le=+Inf"): v for (c, _, u, _), v in list(sums.items())})
+    pooled = _cohort_windows(sums)[("*", 2)]
+    assert pooled.units.tolist() == [3, 4] and pooled.calls.tolist() == [7.0, 1.0]
 
 
 def test_a_gateway_process_exports_its_start_time_beside_the_arm_series():
-    """The reader tells a restarted replica by process_start_time_seconds: the gateway's registry must carry it."""
-    names = {sample.name for family in GatewayMetrics().registry.collect() for sample in family.samples}
-    assert "process_start_time_seconds" in names
+    """The reader tells a restarted replica by process_start_time_seconds: /metrics must carry it with the arm
+    series, and a label value that needs escaping stays one label value."""
+    metrics = GatewayMetrics()
+    metrics.for_model('odd"model').arms.observe(
+        cohort="core", assigned=1, bucket=7, retry=False, outcome="ok", latency_s=0.01, prediction=3.0, score=0.9
+    )
+    families = {f.name: f for f in text_string_to_metric_families(metrics.exposition().decode())}
+    assert "process_start_time_seconds" in families
+    (requests,) = families[f"{UNIT_PREFIX}_requests"].samples
+    assert requests.labels == {"model": 'odd"model', "cohort": "core", "assigned": "1", "unit": "0"}
+    assert requests.value == 1.0
 
 
 def test_counter_increments_count_a_restart_from_zero_even_past_the_old_value():

@@ -17,7 +17,7 @@ from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse
 from fastapi.security import APIKeyHeader
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlrelease.errors import StepError
@@ -334,8 +334,10 @@ def _add_ops_routes(app: FastAPI, routers: dict[str, Router], metrics: GatewayMe
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus() -> Response:
-        """Prometheus exposition of this process's metrics."""
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        """Prometheus exposition of this process's metrics, rendered off the event loop: with a rollout's per-unit
+        arm series it is tens of thousands of lines, and calls in flight must not wait for it (a candidate's
+        shorter timeout would fail them first)."""
+        return Response(await asyncio.to_thread(metrics.exposition), media_type=CONTENT_TYPE_LATEST)
 
 
 async def _model_readiness(router: Router, service: PredictService | None) -> dict[str, Any]:

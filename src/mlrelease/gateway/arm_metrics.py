@@ -2,12 +2,13 @@
 
 The verdict engine judges arms by assignment and clusters every variance by user (rollout/windows.py). Prometheus
 cannot hold a series per user, so users are grouped into `ANALYSIS_UNITS` units by their canary bucket, in contiguous
-ranges (unit = bucket × units ÷ buckets). A unit is a cluster of whole users, so a variance clustered by unit is a valid
-variance clustered by user (coarser, never finer). Contiguous ranges make every unit belong to one arm (a cohort's
-candidate holds the buckets below its threshold), except the one unit the threshold cuts: so a unit's sums before the
-rollout are the sums of the same users, and the comparison's covariate (each user's own pre-rollout level, CUPED) keeps
-its power. Hashing users into units independently of the bucket would mix both arms' users in every unit and leave the
-covariate little to explain (measured: `bench/bench_verdict_sim.py --analysis-units`). The sums:
+ranges (UNIT_OF_BUCKET). A unit is a cluster of whole users in every cohort: a user's orders may fall in several
+cohorts and a unit number holds the same users in each, so pooled cohorts are summed unit by unit, never kept apart.
+A variance clustered by unit is then a valid variance clustered by user (coarser, never finer). Contiguous ranges
+keep every unit in one arm (a cohort's candidate holds the buckets below its threshold), except the one unit the
+threshold cuts: a unit's sums before the rollout are its own users', and the comparison's covariate (each user's
+pre-rollout level, CUPED) keeps its power. Hashing users into units apart from their bucket mixed both arms' users in
+every unit and left the covariate little to explain (README, "The same verdicts from Prometheus"). The sums:
 
 - `…_unit_requests_total`, `…_unit_failed_total` (error, timeout, out of range), `…_unit_nan_total`,
   `…_unit_answers_total` and `…_unit_low_score_total` (answers with a score under LOW_CONFIDENCE): counts;
@@ -30,22 +31,30 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Iterator
 from itertools import accumulate
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from mlrelease.gateway.cohorts import BUCKETS
 from mlrelease.verdicts.calls import HARD_FAILURES, LATENCY_BOUNDS_S, LOW_CONFIDENCE, NAN, OK, OUTCOME_CODES
 
-# Canary-bucket ranges per cohort. More units: a finer clustering (closer to per user), more clusters in a small arm
-# (the last stage's 5 % control holds ~6 units per cohort) and more series: each unit has 8 counters and a 41-bound
-# histogram, and it is in one arm at a time, so 128 units × 3 cohorts ≈ 20,000 series per model and replica (up to
+# Units are canary-bucket ranges, finer at both ends of the bucket range, where a stage's smaller arm lives: a
+# canary's candidate holds the lowest buckets, the last stage's control (stable keeping 5 %) the highest. 20 buckets a
+# unit in the lowest and the highest 1,000, 200 in between: 140 units, 25 in a 5 % arm (enough clusters for a variance
+# and for the users' pre-rollout covariate, verdicts/sequential.MIN_COVARIATE_USERS), 70 in each half of a 50/50
+# split. Each unit has 8 sums and a 41-bound histogram: 140 × 51 ≈ 7,000 series per cohort, model and replica (up to
 # twice that once a rollout moved units from stable to the candidate). The reader takes whatever units it finds.
-ANALYSIS_UNITS = 128
+EDGE_BUCKETS, FINE_WIDTH, COARSE_WIDTH = 1_000, 20, 200
+_TOP_FIRST = EDGE_BUCKETS // FINE_WIDTH + (BUCKETS - 2 * EDGE_BUCKETS) // COARSE_WIDTH
+ANALYSIS_UNITS = _TOP_FIRST + EDGE_BUCKETS // FINE_WIDTH
+UNIT_OF_BUCKET: tuple[int, ...] = tuple(
+    b // FINE_WIDTH
+    if b < EDGE_BUCKETS
+    else _TOP_FIRST + (b - (BUCKETS - EDGE_BUCKETS)) // FINE_WIDTH
+    if b >= BUCKETS - EDGE_BUCKETS
+    else EDGE_BUCKETS // FINE_WIDTH + (b - EDGE_BUCKETS) // COARSE_WIDTH
+    for b in range(BUCKETS)
+)
 FLOOR = 1e-6  # what rollout/windows.py clips latencies, predictions and scores at before taking the log
 LOG_OFFSET = -math.log(FLOOR)  # log(x) + LOG_OFFSET ≥ 0 for every clipped x
 UNIT_PREFIX = "mlrelease_gateway_unit"
@@ -54,8 +63,8 @@ UNIT_LABELS = ["model", "cohort", "assigned", "unit"]
 
 
 def analysis_unit(bucket: int) -> int:
-    """The analysis unit of a canary bucket: its contiguous range of BUCKETS ÷ ANALYSIS_UNITS buckets."""
-    return bucket * ANALYSIS_UNITS // BUCKETS
+    """The analysis unit of a canary bucket: the contiguous range of buckets it falls in (see UNIT_OF_BUCKET)."""
+    return UNIT_OF_BUCKET[bucket]
 
 
 def _positive_log(x: float) -> float:
@@ -74,51 +83,69 @@ HELP = {
     "log_prediction": f"Σ log(prediction) + {LOG_OFFSET:.4f} over answers.",
     "log_score": f"Σ log(score) + {LOG_OFFSET:.4f} over answers.",
 }
+LATENCY_HELP = "Model-call latency of requests, by assigned arm and analysis unit."
+CALLS_HELP = "Model calls (and requests stable's breaker rested: outcome unavailable) by assigned arm and outcome."
 BOUNDS = tuple(float(b) for b in LATENCY_BOUNDS_S)
 REQUESTS, FAILED, NAN_SUM, ANSWERS, LOW, LOG_LATENCY, LOG_PREDICTION, LOG_SCORE = range(len(SUMS))
 LATENCY_SUM = len(SUMS)  # Σ latency in seconds: the histogram's _sum
 FIRST_BUCKET = LATENCY_SUM + 1
 
 
-class ArmSeries(Collector):
+class ArmSeries:
     """The per-unit and per-outcome series of one gateway process (every served model's, by the `model` label).
 
-    A collector of plain sums rather than prometheus_client children: a call adds to one list (no lock per
-    increment, a bisect instead of a walk over 41 buckets), which keeps the bookkeeping a few µs per call
-    (`bench/bench_arm_metrics.py`). The gateway records calls on its event loop, and `/metrics` collects there
-    too, so nothing changes the sums while they are read.
+    Plain sums rather than prometheus_client children: a call adds to one list (no lock per increment, a bisect
+    instead of a walk over 41 buckets), which keeps the bookkeeping a few µs per call, and `exposition` writes them
+    in Prometheus' text format directly, each unit's label set formatted once (prometheus_client's generic renderer
+    took ~0.5 s for a rollout's ~44,000 lines; `bench/bench_arm_metrics.py`). The gateway records calls on its event
+    loop and `/metrics` renders in a thread: a scrape may see a call's sums half added (one request early or late in
+    one unit), never a broken series.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self) -> None:
         self.models: list[ModelArms] = []
-        registry.register(self)
 
-    def collect(self) -> Iterator[Metric]:
-        """The sums as Prometheus counters and a histogram (cumulative buckets)."""
-        families = {name: CounterMetricFamily(f"{UNIT_PREFIX}_{name}", HELP[name], labels=UNIT_LABELS) for name in SUMS}
-        latency = HistogramMetricFamily(
-            f"{UNIT_PREFIX}_latency_seconds",
-            "Model-call latency of requests, by assigned arm and analysis unit.",
-            labels=UNIT_LABELS,
-        )
-        calls = CounterMetricFamily(
-            ARM_CALLS,
-            "Model calls (and requests stable's breaker rested: outcome unavailable) by assigned arm and outcome.",
-            labels=["model", "cohort", "assigned", "outcome", "retry"],
-        )
-        les = [*(floatToGoString(b) for b in BOUNDS), "+Inf"]
+    def exposition(self) -> bytes:
+        """The sums as Prometheus counters and a histogram (cumulative buckets), in the text exposition format."""
+        families: dict[str, list[str]] = {name: [] for name in (*SUMS, "latency", "calls")}
+        les = [f'le="{floatToGoString(b)}"' for b in BOUNDS] + ['le="+Inf"']
         for arms in self.models:
-            for (cohort, assigned, unit), sums in arms.units.items():
-                labels = [arms.model, cohort, str(assigned), str(unit)]
+            # iterate over copies (dict.copy runs under the GIL in one step): a unit added by the event loop meanwhile
+            # cannot change the dict being read
+            for (cohort, assigned, unit), sums in arms.units.copy().items():
+                labels = f'model="{_escape(arms.model)}",cohort="{_escape(cohort)}",assigned="{assigned}",unit="{unit}"'
                 for index, name in enumerate(SUMS):
-                    families[name].add_metric(labels, sums[index])
+                    families[name].append(f"{UNIT_PREFIX}_{name}_total{{{labels}}} {sums[index]!r}")
                 cumulative = list(accumulate(sums[FIRST_BUCKET:]))
-                latency.add_metric(labels, list(zip(les, cumulative, strict=True)), sum_value=sums[LATENCY_SUM])
-            for (cohort, assigned, outcome, retry), count in arms.calls.items():
-                calls.add_metric([arms.model, cohort, str(assigned), outcome, str(retry)], count)
-        yield from families.values()
-        yield latency
-        yield calls
+                lines = families["latency"]
+                lines += [
+                    f"{UNIT_PREFIX}_latency_seconds_bucket{{{labels},{le}}} {count!r}"
+                    for le, count in zip(les, cumulative, strict=True)
+                ]
+                lines.append(f"{UNIT_PREFIX}_latency_seconds_count{{{labels}}} {cumulative[-1]!r}")
+                lines.append(f"{UNIT_PREFIX}_latency_seconds_sum{{{labels}}} {sums[LATENCY_SUM]!r}")
+            for (cohort, assigned, outcome, retry), count in arms.calls.copy().items():
+                labels = (
+                    f'model="{_escape(arms.model)}",cohort="{_escape(cohort)}",assigned="{assigned}",'
+                    f'outcome="{outcome}",retry="{retry}"'
+                )
+                families["calls"].append(f"{ARM_CALLS}_total{{{labels}}} {count!r}")
+        out: list[str] = []
+        for name in SUMS:
+            out += [f"# HELP {UNIT_PREFIX}_{name}_total {HELP[name]}", f"# TYPE {UNIT_PREFIX}_{name}_total counter"]
+            out += families[name]
+        out += [
+            f"# HELP {UNIT_PREFIX}_latency_seconds {LATENCY_HELP}",
+            f"# TYPE {UNIT_PREFIX}_latency_seconds histogram",
+        ]
+        out += families["latency"]
+        out += [f"# HELP {ARM_CALLS}_total {CALLS_HELP}", f"# TYPE {ARM_CALLS}_total counter", *families["calls"]]
+        return ("\n".join(out) + "\n").encode()
+
+
+def _escape(value: str) -> str:
+    """A label value escaped for the text format (backslash, double quote, newline)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class ModelArms:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, values
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest, values
 
 from mlrelease.gateway.arm_metrics import ArmSeries, ModelArms
 from mlrelease.model.estimator import LOW_CONFIDENCE
@@ -121,10 +121,14 @@ class GatewayMetrics:
             ["model", "version", "role"],
             registry=r,
         )
-        self.arms = ArmSeries(r)  # the guardrails' evidence by assigned arm and analysis unit (arm_metrics.py)
+        self.arms = ArmSeries()  # the guardrails' evidence by assigned arm and analysis unit (arm_metrics.py)
         # process_start_time_seconds among them: a reader of counters tells a restarted replica by it (a restarted
         # counter that has already passed its old value shows no reset of its own)
         ProcessCollector(registry=r)
+
+    def exposition(self) -> bytes:
+        """Everything /metrics serves: the registry's series, then the arm series (rendered by arm_metrics itself)."""
+        return generate_latest(self.registry) + self.arms.exposition()
 
     def for_model(self, model: str) -> ModelMetrics:
         """The series of one served model (its `model` label given), made once per model."""

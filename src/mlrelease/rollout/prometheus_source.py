@@ -6,13 +6,16 @@ this source asks it for the increase of each sum over a judged window. The windo
 `CohortWindow`s the decision-log source returns, with analysis units (clusters of whole users) in place of users,
 so the same contracts judge them with the same code.
 
-- `windows`: one `sum by (cohort, assigned, unit) (increase(…[D] @ until))` per sum (PromQL's `increase` handles a
-  replica's counter reset when it restarts); an excluded stretch is the same query over the stretch, subtracted.
+- `windows`: per sum, the exact increase summed by cohort, assigned and unit (see `_exact_increase`: no
+  extrapolation, series born in the window counted whole, restarted replicas read sample by sample), an hour at a
+  time so a long stage never exceeds Prometheus' per-query sample limit; an excluded stretch is the same over the
+  stretch, subtracted. Cohort "*" pools the cohorts unit by unit (a unit holds the same users in each).
 - `timeline`: the raw samples of the per-outcome call counters over the window, their reset-corrected increments
   spread evenly over the seconds between two scrapes. A scrape gap therefore spreads the calls across the gap
   instead of reading as a silence, while a real silence (no calls: the counters stand still) stays one. The timeline
-  ends at the newest scrape, but no earlier than `lookback_s` before `until`: seconds not scraped yet are not a
-  silence, and a gateway that stopped being scraped is.
+  ends at the newest scrape, but no earlier than `stale_s` before `until`: seconds not scraped yet are not a
+  silence, and a gateway that stopped being scraped is. Cut-out outages are cut at scrape resolution: the scrape
+  interval must be well below the plan's `max_gap_s` (15 s against production's 30 s).
 - `features`: Prometheus holds no feature rows; diagnose then says it has none to compare.
 
 Prometheus that cannot be reached, or that answers an error, is a StepError naming the URL and the query: a rollout
@@ -24,10 +27,9 @@ from __future__ import annotations
 import bisect
 import math
 import re
-import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -54,6 +56,8 @@ COUNTERS = {
 LOG_SUMS = {"log_latency": "calls", "log_eta": "answers", "log_confidence": "answers"}
 Arm = tuple[str, int]  # (cohort, assigned version)
 Sample = tuple[float, float]  # (unix time, value)
+Target = tuple[str, str]  # a scraped process: (job, instance)
+UnitKey = tuple[str, int, int, str]  # (cohort, assigned, unit, sum name)
 
 
 class PrometheusSource:
@@ -62,19 +66,32 @@ class PrometheusSource:
     :param url: Prometheus' base URL (http://prometheus:9090).
     :param model: the model whose series are read (the `model` label).
     :param selector: extra label matchers for the gateway's series, e.g. `namespace="serving"` (empty: none).
-    :param lookback_s: how far before a window a counter's previous sample is looked for, and how stale the newest
-        scrape may be before the rest of the window counts as silence: at least twice the scrape interval.
+    :param stale_s: how stale the newest scrape may be before the rest of a timeline counts as silence: at least
+        twice the scrape interval.
+    :param baseline_s: how far before a window (or a chunk of it) a counter's previous sample is looked for: a scrape
+        gap longer than this right at a window's start would count a counter's whole value as the window's.
+    :param chunk_s: the longest stretch one query reads, so a 48 h stage never asks Prometheus for more samples than
+        its `query.max-samples` (50 M by default) allows: ~7,000 series per cohort × 240 samples an hour at 15 s.
     :param timeout_s: one HTTP request's timeout.
     """
 
     def __init__(
-        self, url: str, model: str, *, selector: str = "", lookback_s: float = 30.0, timeout_s: float = 30.0
+        self,
+        url: str,
+        model: str,
+        *,
+        selector: str = "",
+        stale_s: float = 30.0,
+        baseline_s: float = 600.0,
+        chunk_s: float = 3600.0,
+        timeout_s: float = 30.0,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise StepError(f"the Prometheus URL must start with http:// or https://; got {url!r}")
         self.url = url.rstrip("/")
         self.location = f"{self.url} (model {model})"
-        self.model, self.lookback_s, self.timeout_s = model, lookback_s, timeout_s
+        self.model, self.stale_s, self.baseline_s, self.chunk_s = model, stale_s, baseline_s, chunk_s
+        self.timeout_s = timeout_s
         self._extra = selector.strip()  # what selects the gateway's targets (their process metrics have no model)
         self._matchers = ", ".join(m for m in (f'model="{model}"', self._extra) if m)
         self._session = requests.Session()
@@ -85,75 +102,87 @@ class PrometheusSource:
         self, since: datetime, until: datetime, exclude: Sequence[tuple[datetime, datetime]] = ()
     ) -> dict[tuple[str, int], CohortWindow]:
         """Per (cohort, assigned version) and analysis unit, the increase of every sum over [since, until) minus the
-        `exclude` stretches; cohort "*" pools every cohort."""
-        restarted = self._restarted(since, until)
-        sums = self._increase(since, until, restarted)
+        `exclude` stretches; cohort "*" pools every cohort (unit by unit: a unit holds the same users in each)."""
+        sums = self._increase(since, until)
         for start, end in exclude:
             start, end = max(start, since), min(end, until)
             if end > start:
-                for key, values in self._increase(start, end, restarted).items():
+                for key, values in self._increase(start, end).items():
                     sums[key] -= values
         return _cohort_windows(sums)
 
-    def _restarted(self, since: datetime, until: datetime) -> dict[str, list[tuple[float, float]]]:
-        """The replicas (by `instance`) whose process restarted in or just before the window, with their process
-        start times as scraped: (scrape time, start time). A restart shows as a new `process_start_time_seconds`,
-        or, for an exporter without it, as a counter that went down."""
-        span, at = _ms(until - since, self.lookback_s), f"{until.timestamp():.3f}"
+    def _increase(self, since: datetime, until: datetime) -> dict[UnitKey, float]:
+        """(cohort, assigned, unit, sum name) → its increase in (since, until], read chunk by chunk (increases add
+        up: each chunk's baseline is the previous one's last value); `le=<bound>` keys for the tail."""
+        out: dict[UnitKey, float] = defaultdict(float)
+        start = since
+        while start < until:
+            end = min(until, start + timedelta(seconds=self.chunk_s))
+            restarted = self._restarted(start, end)
+            for counter, name in COUNTERS.items():
+                for labels, value in self._exact_increase(f"{UNIT_PREFIX}_{counter}_total", start, end, restarted):
+                    out[_unit_key(labels, name)] += value
+            bucket = f"{UNIT_PREFIX}_latency_seconds_bucket"
+            for labels, value in self._exact_increase(bucket, start, end, restarted, by=("le",)):
+                out[_unit_key(labels, f"le={labels.get('le')}")] += value
+            start = end
+        return out
+
+    def _restarted(self, since: datetime, until: datetime) -> dict[Target, list[Sample]]:
+        """The replicas (by job and instance) whose process restarted in (since − baseline, until], with their
+        process start times as scraped: (scrape time, start time). A restart shows as a new
+        `process_start_time_seconds`, or, for an exporter without it, as a request counter that went down."""
+        span, at = _ms(until - since, self.baseline_s), f"{until.timestamp():.3f}"
         starts = f"process_start_time_seconds{{{self._extra}}}[{span}] @ {at}"
         # the fallback for an exporter without process metrics: its request counters went down
         went_down = f"resets({UNIT_PREFIX}_requests_total{{{self._matchers}}}[{span}] @ {at}) > 0"
-        instances = {s["metric"].get("instance", "") for s in self._query(f"changes({starts}) > 0")}
-        instances |= {s["metric"].get("instance", "") for s in self._query(went_down)}
-        if not instances:
+        targets = {_target(s["metric"]) for s in self._query(f"changes({starts}) > 0")}
+        targets |= {_target(s["metric"]) for s in self._query(went_down)}
+        if not targets:
             return {}
-        return self._process_starts(instances, since, until)
+        return self._process_starts(targets, since, until)
 
-    def _process_starts(self, instances: set[str], since: datetime, until: datetime) -> dict[str, list[Sample]]:
-        """Per instance, its scraped `process_start_time_seconds` samples over the window and the lookback."""
-        span, at = _ms(until - since, self.lookback_s), f"{until.timestamp():.3f}"
-        matrix = self._query(
-            f"process_start_time_seconds{{{self._with_instances(instances, extra_only=True)}}}[{span}] @ {at}"
-        )
-        starts: dict[str, list[Sample]] = {i: [] for i in instances}
-        for series in matrix:
-            starts.setdefault(series["metric"].get("instance", ""), []).extend(_samples(series["values"]))
-        return {i: sorted(v) for i, v in starts.items()}
-
-    def _increase(
-        self, since: datetime, until: datetime, restarted: dict[str, list[Sample]]
-    ) -> dict[tuple[str, int, int, str], float]:
-        """(cohort, assigned, unit, sum name) → its increase in [since, until); `le=<bound>` keys for the tail."""
-        out: dict[tuple[str, int, int, str], float] = defaultdict(float)
-        for counter, name in COUNTERS.items():
-            for labels, value in self._exact_increase(f"{UNIT_PREFIX}_{counter}_total", since, until, restarted):
-                out[_unit_key(labels, name)] += value
-        bucket = f"{UNIT_PREFIX}_latency_seconds_bucket"
-        for labels, value in self._exact_increase(bucket, since, until, restarted):
-            out[_unit_key(labels, f"le={labels.get('le')}")] += value
-        return out
+    def _process_starts(self, targets: set[Target], since: datetime, until: datetime) -> dict[Target, list[Sample]]:
+        """Per target, its scraped `process_start_time_seconds` samples over the stretch and the baseline before."""
+        span, at = _ms(until - since, self.baseline_s), f"{until.timestamp():.3f}"
+        instances = {instance for _, instance in targets}
+        query = f"process_start_time_seconds{{{self._with_instances(instances, extra_only=True)}}}[{span}] @ {at}"
+        starts: dict[Target, list[Sample]] = {t: [] for t in targets}
+        for series in self._query(query):
+            starts.setdefault(_target(series["metric"]), []).extend(_samples(series["values"]))
+        return {t: sorted(v) for t, v in starts.items()}
 
     def _exact_increase(
-        self, metric: str, since: datetime, until: datetime, restarted: dict[str, list[Sample]]
+        self,
+        metric: str,
+        since: datetime,
+        until: datetime,
+        restarted: dict[Target, list[Sample]],
+        by: tuple[str, ...] = (),
     ) -> list[tuple[dict[str, str], float]]:
-        """Each series' increase of `metric` over (since, until], without PromQL's extrapolation (a count is a count).
+        """The increase of `metric` over (since, until] summed by cohort, assigned and unit (and `by`), without
+        PromQL's extrapolation (a count is a count).
 
-        A series' increase is its last value in the window minus its last value at or before `since`, or its whole
-        value when it was born in the window (a replica that started, a unit's first request: the first increment
-        of a lazily created counter is otherwise lost to `increase`). The replicas that restarted are read sample by
-        sample instead, each process's counts from zero (a restarted counter that has already passed its old value
-        shows no reset, so `resets` alone would miss it). Every replica counts, those no longer scraped included.
+        A series' increase is its last value in the stretch minus its last value at or before `since` (looked for
+        `baseline_s` back), or its whole value when it has none (a replica that started, a unit's first request:
+        the first increment of a lazily created counter is otherwise lost to `increase`). The replicas that
+        restarted are read sample by sample instead, each process's counts from zero (a restarted counter that has
+        already passed its old value shows no reset, so `resets` alone would miss it). Every replica counts, those
+        no longer scraped included.
         """
+        instances = {instance for _, instance in restarted}
         span, at, before = _ms(until - since), f"{until.timestamp():.3f}", f"{since.timestamp():.3f}"
-        lookback = f"{int(self.lookback_s * 1000)}ms"
-        selector = f"{metric}{{{self._with_instances(set(restarted), exclude=True)}}}"
+        selector = f"{metric}{{{self._with_instances(instances, exclude=True)}}}"
         last = f"last_over_time({selector}[{span}] @ {at})"
-        first = f"last_over_time({selector}[{lookback}] @ {before})"
-        found = [(s["metric"], float(s["value"][1])) for s in self._query(f"({last} - {first}) or {last}")]
-        if restarted:  # rare: a replica restarted in the window
-            raw = f"{metric}{{{self._with_instances(set(restarted))}}}[{_ms(until - since, self.lookback_s)}] @ {at}"
+        first = f"last_over_time({selector}[{_ms(timedelta(seconds=self.baseline_s))}] @ {before})"
+        group = ", ".join(("cohort", "assigned", "unit", *by))
+        found = [
+            (s["metric"], float(s["value"][1])) for s in self._query(f"sum by ({group}) (({last} - {first}) or {last})")
+        ]
+        if restarted:  # rare: a replica restarted in the stretch
+            raw = f"{metric}{{{self._with_instances(instances)}}}[{_ms(until - since, self.baseline_s)}] @ {at}"
             for series in self._query(raw):
-                starts = restarted.get(series["metric"].get("instance", ""), [])
+                starts = restarted.get(_target(series["metric"]), [])
                 increments = _increments(_samples(series["values"]), starts, since.timestamp())
                 found.append((series["metric"], sum(amount for _, t, amount in increments if t > since.timestamp())))
         return found
@@ -172,16 +201,16 @@ class PrometheusSource:
         """Per second of [since, until): model calls, requests assigned to `stable`, and those whose stable call
         failed or was not made (its breaker rested it); see the module docstring for scrapes and gaps."""
         start, end = since.timestamp(), until.timestamp()
-        query = f"{ARM_CALLS}_total{{{self._matchers}}}[{_ms(until - since, self.lookback_s)}] @ {end:.3f}"
+        query = f"{ARM_CALLS}_total{{{self._matchers}}}[{_ms(until - since, self.baseline_s)}] @ {end:.3f}"
         matrix = self._query(query)
-        starts = self._process_starts({s["metric"].get("instance", "") for s in matrix}, since, until) if matrix else {}
+        starts = self._process_starts({_target(s["metric"]) for s in matrix}, since, until) if matrix else {}
         newest = max((float(s["values"][-1][0]) for s in matrix if s["values"]), default=start)
-        end = min(end, max(newest, end - self.lookback_s))
+        end = min(end, max(newest, end - self.stale_s))
         seconds = max(int(np.ceil(end - start)), 0)
         calls, stable_requests, stable_failures = np.zeros(seconds), np.zeros(seconds), np.zeros(seconds)
         for series in matrix:
             labels = series["metric"]
-            increments = _increments(_samples(series["values"]), starts.get(labels.get("instance", ""), []), start)
+            increments = _increments(_samples(series["values"]), starts.get(_target(labels), []), start)
             per_second = _spread(increments, start, seconds)
             if labels.get("outcome") != "unavailable":
                 calls += per_second
@@ -215,6 +244,11 @@ class PrometheusSource:
         return result
 
 
+def _target(labels: dict[str, str]) -> Target:
+    """The scraped process a series comes from: two jobs may share an instance label (relabelled to the pod)."""
+    return labels.get("job", ""), labels.get("instance", "")
+
+
 def _unit_key(labels: dict[str, str], name: str) -> tuple[str, int, int, str]:
     """The key of one aggregated series; a series without the arm's labels is not the gateway's and is refused."""
     try:
@@ -223,18 +257,14 @@ def _unit_key(labels: dict[str, str], name: str) -> tuple[str, int, int, str]:
         raise StepError(f"a Prometheus series {labels} lacks the gateway's cohort/assigned/unit labels") from None
 
 
-def unit_id(cohort: str, unit: int) -> int:
-    """A unit's id across cohorts: the gateway numbers units within a cohort (canary-bucket ranges), and the users of
-    unit 5 of one cohort are not those of unit 5 of another, so pooled cohorts keep them apart (more clusters)."""
-    return (zlib.crc32(cohort.encode()) << 16) | unit
-
-
 def _cohort_windows(sums: dict[tuple[str, int, int, str], float]) -> dict[Arm, CohortWindow]:
     """The per-unit sums as one CohortWindow per (cohort, assigned), and per (`*`, assigned) over every cohort."""
     arms: dict[Arm, dict[int, dict[str, float]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
     for (cohort, assigned, unit, name), value in sums.items():
         for arm in ((cohort, assigned), (ALL_COHORTS, assigned)):
-            arms[arm][unit_id(cohort, unit)][name] += value
+            # a unit number holds the same users in every cohort (a user's orders may fall in several): pooled
+            # cohorts add up unit by unit, so each cluster stays whole users, as the decision log's per-user pool
+            arms[arm][unit][name] += value
     return {arm: window for arm, units in arms.items() if (window := _window(units)) is not None}
 
 

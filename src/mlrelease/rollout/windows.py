@@ -171,8 +171,8 @@ def on_units(ids: np.ndarray, values: np.ndarray, units: np.ndarray) -> np.ndarr
 
 
 def by_unit(window: CohortWindow, unit: np.ndarray) -> CohortWindow:
-    """The window's users summed into analysis units (`unit`: each of `window.units`' unit), units without requests
-    dropped: what a reader of the gateway's per-unit Prometheus series (rollout/prometheus_source.py) sees."""
+    """The window's users summed into analysis units (`unit`: each of `window.units`' unit): what a reader of the
+    gateway's per-unit Prometheus series (rollout/prometheus_source.py) sees."""
     if not len(window.units):
         return window
     ids, where = np.unique(np.asarray(unit, dtype=np.int64), return_inverse=True)
