@@ -7,7 +7,7 @@ this source asks it for the increase of each sum over a judged window. The windo
 so the same contracts judge them with the same code.
 
 - `windows`: per sum, the exact increase summed by cohort, assigned and unit (see `_exact_increase`: no
-  extrapolation, series born in the window counted whole, restarted replicas read sample by sample), an hour at a
+  extrapolation, series born in the window counted whole, restarted replicas read sample by sample), half an hour at a
   time so a long stage never exceeds Prometheus' per-query sample limit; an excluded stretch is the same over the
   stretch, subtracted. Cohort "*" pools the cohorts unit by unit (a unit holds the same users in each).
 - `timeline`: the raw samples of the per-outcome call counters over the window, their reset-corrected increments
@@ -71,7 +71,9 @@ class PrometheusSource:
     :param baseline_s: how far before a window (or a chunk of it) a counter's previous sample is looked for: a scrape
         gap longer than this right at a window's start would count a counter's whole value as the window's.
     :param chunk_s: the longest stretch one query reads, so a 48 h stage never asks Prometheus for more samples than
-        its `query.max-samples` (50 M by default) allows: ~7,000 series per cohort × 240 samples an hour at 15 s.
+        its `query.max-samples` (50 M by default) allows: ~7,000 series per cohort × 240 samples an hour at 15 s. A
+        chunk after the first looks a whole chunk back for its baseline (the previous chunk's last sample), so a
+        scrape gap at a chunk boundary costs nothing unless it is longer than a chunk: each reads ≤ 2 × chunk_s.
     :param timeout_s: one HTTP request's timeout.
     """
 
@@ -83,7 +85,7 @@ class PrometheusSource:
         selector: str = "",
         stale_s: float = 30.0,
         baseline_s: float = 600.0,
-        chunk_s: float = 3600.0,
+        chunk_s: float = 1800.0,
         timeout_s: float = 30.0,
     ) -> None:
         if not url.startswith(("http://", "https://")):
@@ -118,21 +120,25 @@ class PrometheusSource:
         start = since
         while start < until:
             end = min(until, start + timedelta(seconds=self.chunk_s))
-            restarted = self._restarted(start, end)
+            # inside the window the baseline is the previous chunk's last sample, however old: look a chunk back
+            back = self.baseline_s if start == since else max(self.baseline_s, self.chunk_s)
+            restarted = self._restarted(start, end, back)
             for counter, name in COUNTERS.items():
-                for labels, value in self._exact_increase(f"{UNIT_PREFIX}_{counter}_total", start, end, restarted):
+                for labels, value in self._exact_increase(
+                    f"{UNIT_PREFIX}_{counter}_total", start, end, restarted, back=back
+                ):
                     out[_unit_key(labels, name)] += value
             bucket = f"{UNIT_PREFIX}_latency_seconds_bucket"
-            for labels, value in self._exact_increase(bucket, start, end, restarted, by=("le",)):
+            for labels, value in self._exact_increase(bucket, start, end, restarted, by=("le",), back=back):
                 out[_unit_key(labels, f"le={labels.get('le')}")] += value
             start = end
         return out
 
-    def _restarted(self, since: datetime, until: datetime) -> dict[Target, list[Sample]]:
-        """The replicas (by job and instance) whose process restarted in (since − baseline, until], with their
+    def _restarted(self, since: datetime, until: datetime, back: float) -> dict[Target, list[Sample]]:
+        """The replicas (by job and instance) whose process restarted in (since − back, until], with their
         process start times as scraped: (scrape time, start time). A restart shows as a new
         `process_start_time_seconds`, or, for an exporter without it, as a request counter that went down."""
-        span, at = _ms(until - since, self.baseline_s), f"{until.timestamp():.3f}"
+        span, at = _ms(until - since, back), f"{until.timestamp():.3f}"
         starts = f"process_start_time_seconds{{{self._extra}}}[{span}] @ {at}"
         # the fallback for an exporter without process metrics: its request counters went down
         went_down = f"resets({UNIT_PREFIX}_requests_total{{{self._matchers}}}[{span}] @ {at}) > 0"
@@ -140,11 +146,13 @@ class PrometheusSource:
         targets |= {_target(s["metric"]) for s in self._query(went_down)}
         if not targets:
             return {}
-        return self._process_starts(targets, since, until)
+        return self._process_starts(targets, since, until, back)
 
-    def _process_starts(self, targets: set[Target], since: datetime, until: datetime) -> dict[Target, list[Sample]]:
-        """Per target, its scraped `process_start_time_seconds` samples over the stretch and the baseline before."""
-        span, at = _ms(until - since, self.baseline_s), f"{until.timestamp():.3f}"
+    def _process_starts(
+        self, targets: set[Target], since: datetime, until: datetime, back: float
+    ) -> dict[Target, list[Sample]]:
+        """Per target, its scraped `process_start_time_seconds` samples over the stretch and `back` seconds before."""
+        span, at = _ms(until - since, back), f"{until.timestamp():.3f}"
         instances = {instance for _, instance in targets}
         query = f"process_start_time_seconds{{{self._with_instances(instances, extra_only=True)}}}[{span}] @ {at}"
         starts: dict[Target, list[Sample]] = {t: [] for t in targets}
@@ -159,12 +167,13 @@ class PrometheusSource:
         until: datetime,
         restarted: dict[Target, list[Sample]],
         by: tuple[str, ...] = (),
+        back: float = 600.0,
     ) -> list[tuple[dict[str, str], float]]:
         """The increase of `metric` over (since, until] summed by cohort, assigned and unit (and `by`), without
         PromQL's extrapolation (a count is a count).
 
         A series' increase is its last value in the stretch minus its last value at or before `since` (looked for
-        `baseline_s` back), or its whole value when it has none (a replica that started, a unit's first request:
+        `back` seconds back), or its whole value when it has none (a replica that started, a unit's first request:
         the first increment of a lazily created counter is otherwise lost to `increase`). The replicas that
         restarted are read sample by sample instead, each process's counts from zero (a restarted counter that has
         already passed its old value shows no reset, so `resets` alone would miss it). Every replica counts, those
@@ -174,13 +183,13 @@ class PrometheusSource:
         span, at, before = _ms(until - since), f"{until.timestamp():.3f}", f"{since.timestamp():.3f}"
         selector = f"{metric}{{{self._with_instances(instances, exclude=True)}}}"
         last = f"last_over_time({selector}[{span}] @ {at})"
-        first = f"last_over_time({selector}[{_ms(timedelta(seconds=self.baseline_s))}] @ {before})"
+        first = f"last_over_time({selector}[{_ms(timedelta(seconds=back))}] @ {before})"
         group = ", ".join(("cohort", "assigned", "unit", *by))
         found = [
             (s["metric"], float(s["value"][1])) for s in self._query(f"sum by ({group}) (({last} - {first}) or {last})")
         ]
         if restarted:  # rare: a replica restarted in the stretch
-            raw = f"{metric}{{{self._with_instances(instances)}}}[{_ms(until - since, self.baseline_s)}] @ {at}"
+            raw = f"{metric}{{{self._with_instances(instances)}}}[{_ms(until - since, back)}] @ {at}"
             for series in self._query(raw):
                 starts = restarted.get(_target(series["metric"]), [])
                 increments = _increments(_samples(series["values"]), starts, since.timestamp())
@@ -203,7 +212,8 @@ class PrometheusSource:
         start, end = since.timestamp(), until.timestamp()
         query = f"{ARM_CALLS}_total{{{self._matchers}}}[{_ms(until - since, self.baseline_s)}] @ {end:.3f}"
         matrix = self._query(query)
-        starts = self._process_starts({_target(s["metric"]) for s in matrix}, since, until) if matrix else {}
+        targets = {_target(s["metric"]) for s in matrix}
+        starts = self._process_starts(targets, since, until, self.baseline_s) if matrix else {}
         newest = max((float(s["values"][-1][0]) for s in matrix if s["values"]), default=start)
         end = min(end, max(newest, end - self.stale_s))
         seconds = max(int(np.ceil(end - start)), 0)
