@@ -8,6 +8,7 @@ any answer is compared. Each refusal takes the version out of service (exit 3).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from mlrelease.serving.triton_repo import (
 )
 from mlrelease.serving.withdraw import take_out_of_service
 from mlrelease.settings import Settings
+
+log = logging.getLogger(__name__)
 
 SERVING_TOLERANCE = 1e-4
 # numpy dtypes of the Triton types an answer may carry; anything else is named as it is.
@@ -57,9 +60,16 @@ def config_mismatches(reported: dict[str, Any], expected_versions: list[int]) ->
 def _take_out_of_service(
     settings: Settings, client: TritonClient, root: Path, registry: Registry, version: int, reason: str
 ) -> GateFailed:
-    """Take a failed version out of service, keep the others loaded, tag it; returns the error to raise."""
+    """Take a failed version out of service, keep the others loaded, tag it; returns the error to raise.
+
+    The refusal is the step's verdict even when Triton drops the reload of the remaining versions (a stub that
+    crashed on the broken file can take the connection with it): the policy no longer lists the version by then,
+    and the supervisor's reconcile loads the rest (as serving/withdraw.withdraw_refused does for the later gates).
+    """
     try:
         take_out_of_service(settings, client, root, version)
+    except StepError as exc:
+        log.error("v%s left the policy, but reloading the rest failed: %s", version, exc)
     finally:
         registry.tag_version(version, validation_status="failed", validation_reason=reason[:500])
     return GateFailed(f"version {version} failed serving validation: {reason}")
