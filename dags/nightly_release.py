@@ -21,6 +21,7 @@ from mlrelease.errors import StepError
 from mlrelease.release_spec import ReleaseSpec, declared_specs, nightly_dag_id
 from mlrelease.rollout.plan import load_plan
 from mlrelease.stepdefs import nightly_params
+from mlrelease_airflow.approval import StageApproval
 from mlrelease_airflow.assets import FEATURE_ASSETS, champion_model
 from mlrelease_airflow.catalog import dag_params, params_table
 from mlrelease_airflow.factory import step_operator
@@ -63,7 +64,14 @@ On the spec's schedule (`{schedule}`, UTC), for the data interval that just clos
     slice on stable. `analyze_N` looks once per execution and defers between looks (no worker is held):
     every guardrail is a sequential test with a tolerance and a false-verdict rate; it rolls back as soon
     as a fail is established, advances as soon as everything passed after the minimum exposure, rolls one
-    cohort back (and diagnoses it), or pauses for a human (the rest of the run is skipped).
+    cohort back (and diagnoses it), or pauses for a human.
+    **approve_N → answer_N**: when the stage paused (or passed, under a plan with
+    `approval.confirm_promotion`), approve_N asks on the run's **Required Actions** page, with the evidence
+    (each contract's band against its tolerance, the outage if any, the report link): *Promote* (past the
+    stage: the next stage, or champion after the last), *Roll back*, or *Extend the stage* (another maximum
+    exposure). Unanswered after the plan's `approval.timeout_s`, its `approval.default` (roll back) is taken.
+    answer_N records the answer (who, when) in the rollout record and carries it out. With nothing to ask
+    both skip themselves at once.
 11. **promote** moves the `champion` alias (all traffic first) and updates the Asset
     `models:/{model}@champion` (other DAGs may be scheduled on it, or on a feature view's asset: build them
     with `mlrelease_airflow.assets`); **retire** unloads the previous champion once its keep window (instant
@@ -130,27 +138,47 @@ def _wire(model: str, stages: int) -> None:
         step("validate-serving"),
         benchmark := step("benchmark"),
     )
-    rollout = [step("shadow")]
+    shadow = step("shadow")
+    benchmark >> shadow
+    decided: list[Any] = [shadow]  # what the next stage opens after: the analysis, and the answer when it asked
+    rollout_tasks: list[Any] = [shadow]
     for n in range(1, stages + 1):
-        stage = step(
+        # After a stage that asked a human, the next one opens once the answer was carried out (none_failed…: the
+        # answer task is skipped when nothing was asked, and the analysis alone decided).
+        opens = step(
             "rollout-stage",
             task_id=f"rollout_stage_{n}",
             extra_args=("--stage", str(n), "--wired-stages", str(stages)),
+            trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS if n > 1 else TriggerRule.ALL_SUCCESS,
         )
         wait = DateTimeSensorAsync(
             task_id=f"wait_{n}",
             target_time=f"{{{{ ti.xcom_pull(task_ids='rollout_stage_{n}')['analyze_at'] }}}}",
         )
-        analyze = step(
-            "analyze", task_id=f"analyze_{n}", extra_args=("--stage", str(n)), on_skipped_callback=paused_alert
+        analyze = step("analyze", task_id=f"analyze_{n}", extra_args=("--stage", str(n)))
+        approve = StageApproval(task_id=f"approve_{n}", stage=n, analysis_task=f"analyze_{n}")
+        answer = step(
+            "answer",
+            task_id=f"answer_{n}",
+            extra_args=("--stage", str(n), "--answer", f"{{{{ ti.xcom_pull(task_ids='approve_{n}') | tojson }}}}"),
+            on_skipped_callback=paused_alert,  # an extended stage that paused again: rollback_release decides
         )
-        rollout += [stage, wait, analyze]
+        decided >> opens
+        chain(opens, wait, analyze, approve, answer)
+        decided = [analyze, answer]
+        rollout_tasks += [opens, wait, analyze, approve, answer]
     wait_retire = DateTimeSensorAsync(
         task_id="wait_retire", target_time="{{ ti.xcom_pull(task_ids='promote')['previous_unload_after'] }}"
     )
-    promote = step("promote", outlets=[champion_model(model)], on_success_callback=release_alerts("promoted"))
-    rollout += [promote, wait_retire, step("retire")]
-    chain(benchmark, *rollout)
+    promote = step(
+        "promote",
+        outlets=[champion_model(model)],
+        on_success_callback=release_alerts("promoted"),
+        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+    )
+    retire = step("retire")
+    decided >> promote
+    chain(promote, wait_retire, retire)
     # Any failed rollout task up to the promotion: traffic back to stable and the candidate cleaned up (a
     # no-op when nothing moved). Not after it: once promoted, a failed retire only alerts (the keep window
     # of the old champion is an unload, not a release decision), and rollback is decided at promotion
@@ -161,12 +189,12 @@ def _wire(model: str, stages: int) -> None:
         retries=3,
         on_success_callback=release_alerts("rolled_back"),
     )
-    rollout[:-2] >> rollback
+    [*rollout_tasks, promote] >> rollback
     # The run's verdict (the only leaf): failed whenever any task failed, even though a rollback succeeded;
     # green after a promotion, a first release or a pause (those end the rollout tasks as skipped).
     # none_failed waits for both upstreams, where all_success would turn skipped at the first skipped one.
     release_complete = EmptyOperator(task_id="release_complete", trigger_rule=TriggerRule.NONE_FAILED)
-    [rollout[-1], rollback] >> release_complete
+    [retire, rollback] >> release_complete
     # The release report, as soon as the release is decided: promoted, rolled back, or stopped earlier (a
     # failed or stopped run gets one too), so the promotion and rollback alerts link a page that exists. As a
     # teardown it is left out of the run's state: release_complete stays the verdict, a report problem never

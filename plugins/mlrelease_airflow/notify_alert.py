@@ -14,12 +14,13 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-EVENTS = ("task_failed", "rolled_back", "promoted", "task_skipped")
+EVENTS = ("task_failed", "rolled_back", "promoted", "task_skipped", "approval_needed")
 EMOJI = {
     "task_failed": ":rotating_light:",
     "rolled_back": ":rewind:",
     "promoted": ":rocket:",
     "task_skipped": ":pause_button:",
+    "approval_needed": ":raising_hand:",
 }
 
 
@@ -76,6 +77,8 @@ class Alert:
             return f"{dag} promoted {self.candidate}"
         if self.event == "task_skipped":
             return f"{dag} paused the rollout of {self.candidate} for a human"
+        if self.event == "approval_needed":
+            return f"{dag} asks a human about {self.candidate}: promote, roll back or extend (Required Actions)"
         return f"{dag}.{self.task_id} failed"
 
     def subject(self) -> str:

@@ -186,7 +186,7 @@ def send_email(settings: SmtpSettings, msg: EmailMessage) -> None:
 class EmailAlertNotifier(BaseNotifier):
     """E-mail an alert over SMTP (connection `mlrelease_smtp`).
 
-    :param event: task_failed (default), rolled_back, promoted or task_skipped.
+    :param event: task_failed (default), rolled_back, promoted, task_skipped or approval_needed.
     :param conn_id: Airflow connection of type *SMTP*.
     """
 

@@ -112,7 +112,7 @@ def webhook_where(url: str, source: str) -> str:
 class SlackAlertNotifier(BaseNotifier):
     """Post an alert to the Slack incoming webhook of connection `mlrelease_slack`, with the provider's notifier.
 
-    :param event: task_failed (default), rolled_back, promoted or task_skipped.
+    :param event: task_failed (default), rolled_back, promoted, task_skipped or approval_needed.
     :param conn_id: Airflow connection of type *Slack Incoming Webhook*.
     :param timeout: seconds to wait for Slack.
     """

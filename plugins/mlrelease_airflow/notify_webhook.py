@@ -42,6 +42,7 @@ VERBS = {
     "rolled_back": "rolled the candidate back",
     "promoted": "promoted the candidate",
     "task_skipped": "stopped for a human",
+    "approval_needed": "asks a human",
 }
 
 
@@ -83,7 +84,8 @@ class WebhookAlertNotifier(BaseNotifier):
     :param conn_id: Airflow connection holding the webhook.
     :param payload_format: ``json`` or ``slack``; overrides the connection's `format` extra when given.
     :param timeout: seconds to wait for the receiver.
-    :param event: the alert's `event` field: task_failed (default), rolled_back, promoted, task_skipped.
+    :param event: the alert's `event` field: task_failed (default), rolled_back, promoted, task_skipped,
+        approval_needed.
     """
 
     template_fields = ("conn_id",)

@@ -45,11 +45,25 @@ def sample_run(model: str) -> dict[str, Any]:
 
 
 SAMPLE_XCOM = {"train": {"model_version": 7}}  # what `train` pushes, for the steps that take the model version
+# What an approval task pushes, for the `answer` step after it: a human's answer to its stage's question.
+SAMPLE_ANSWER = {
+    "question": "pause",
+    "choice": "rollback",
+    "option": "Roll back",
+    "at": "2026-11-29T05:00:00+00:00",
+    "by": "releaser",
+}
+
+
+def _sample_xcom(task_ids: str) -> Any:
+    if task_ids.startswith("approve_"):
+        return {**SAMPLE_ANSWER, "stage": int(task_ids.removeprefix("approve_"))}
+    return SAMPLE_XCOM[task_ids]
 
 
 def sample_context(task_id: str, context: dict[str, Any] | None = None, model: str | None = None) -> dict[str, Any]:
     """The context one task renders with: `context` (default: a sample run of `model`) plus the task instance `ti`."""
-    ti = SimpleNamespace(task_id=task_id, try_number=1, xcom_pull=lambda task_ids: SAMPLE_XCOM[task_ids])
+    ti = SimpleNamespace(task_id=task_id, try_number=1, xcom_pull=_sample_xcom)
     return {"ti": ti, **(context or sample_run(model or process_spec().name))}
 
 

@@ -200,8 +200,21 @@ def _step_analyze(args: argparse.Namespace, settings: Settings) -> dict[str, Any
     from mlrelease.steps.rollout import analyze
 
     return analyze(
-        settings, _stage(args), _model_version(args.model_version), _run_key(args), tick=args.tick, poll_s=args.poll_s
+        settings,
+        _stage(args),
+        _model_version(args.model_version),
+        _run_key(args),
+        tick=args.tick,
+        poll_s=args.poll_s,
+        ask=args.ask,
     )
+
+
+def _step_answer(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from mlrelease.steps.rollout import answer
+
+    version, stage = _model_version(args.model_version), _stage(args)
+    return answer(settings, stage, version, _run_key(args), args.answer, tick=args.tick, poll_s=args.poll_s)
 
 
 def _step_promote(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -288,6 +301,7 @@ STEP_HANDLERS: dict[str, Handler] = {
     "shadow": _step_shadow,
     "rollout-stage": _step_rollout_stage,
     "analyze": _step_analyze,
+    "answer": _step_answer,
     "promote": _step_promote,
     "retire": _step_retire,
     "manual-release": _step_manual_release,

@@ -415,6 +415,27 @@ _DECLARED = (
                 dag=True,
             ),
             Arg("--poll-s", "without --tick: seconds between looks (default: the stage's)", type=float),
+            Arg(
+                "--ask",
+                "a pause (or a promotion the plan wants confirmed) is a question for the approval task that follows: "
+                "exit 0 with it in the result (without: a pause exits skipped)",
+                switch=True,
+                dag=True,
+            ),
+        ),
+        resources=Resources(cpu="500m", memory="1Gi"),
+        routes_traffic=True,
+    ),
+    # After the approval task of a stage that asked (the DAG appends --stage N and --answer from its XCom).
+    StepDef(
+        "answer",
+        "carry out a human's answer to a stage's question: promote past it, roll back, or extend it",
+        (
+            *RELEASE,
+            STAGE,
+            Arg("--answer", "the approval task's answer (JSON: stage, question, choice, at, by)", required=True),
+            Arg("--tick", "extend: look once per call, as analyze --tick", switch=True, dag=True),
+            Arg("--poll-s", "extend, without --tick: seconds between looks (default: the stage's)", type=float),
         ),
         resources=Resources(cpu="500m", memory="1Gi"),
         routes_traffic=True,

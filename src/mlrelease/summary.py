@@ -74,7 +74,7 @@ def step_detail(task: str, result: dict[str, Any]) -> str:
 # The rollout tasks after the benchmark, in DAG order (skipped on a first release).
 ROLLOUT_ORDER = (
     "shadow",
-    *(f"{kind}_{n}" for n in (1, 2, 3) for kind in ("rollout_stage", "analyze")),
+    *(f"{kind}_{n}" for n in (1, 2, 3) for kind in ("rollout_stage", "analyze", "answer")),
     "promote",
     "retire",
     "rollback",
@@ -99,6 +99,10 @@ def rollout_detail(task: str, result: dict[str, Any]) -> str:
         return f"{result.get('action')} ({verdicts}) {_decided_after(result)}".rstrip() + outage
     if task == "promote":
         return f"v{result.get('model_version')} is champion (was v{result.get('previous_version')})"
+    if task.startswith("answer"):
+        answer = result.get("answer") or {}
+        who = answer.get("by") or "nobody in time (the default)"
+        return f"{answer.get('choice')} at stage {result.get('stage')}, answered by {who}: {result.get('status')}"
     return str(result.get("status", ""))
 
 
@@ -195,7 +199,7 @@ def _verdict(outcomes: dict[str, dict[str, Any]]) -> str:
         return "FAILED: the shadow gate refused the candidate (it never took real traffic)"
     if status["rollback"] == "success" or any(v == "failed" for v in status.values()):
         return "FAILED: candidate rolled back"
-    if any(task.startswith("analyze") and v == "skipped" for task, v in status.items()):
+    if any(task.startswith(("analyze", "answer")) and v == "skipped" for task, v in status.items()):
         return "ok: rollout paused for a human (see `mlrelease rollout status`)"
     if status["shadow"] == "skipped":
         return "ok: first release (or already champion), no rollout"

@@ -89,21 +89,43 @@ def test_rollout_wiring_waits_are_deferrable_and_a_failure_rolls_back():
     from airflow.dag_processing.dagbag import DagBag
 
     dag = DagBag(dag_folder=str(REPO / "dags")).dags[NIGHTLY]
-    chain = ["benchmark", "shadow"]
+    assert dag.get_task("shadow").upstream_task_ids == {"benchmark"}
+    assert dag.get_task("rollout_stage_1").upstream_task_ids == {"shadow"}
+    chain = ["shadow"]
     for n in (1, 2, 3):
-        chain += [f"rollout_stage_{n}", f"wait_{n}", f"analyze_{n}"]
-    chain += ["promote", "wait_retire", "retire"]
-    for upstream, downstream in zip(chain, chain[1:], strict=False):
-        assert dag.get_task(downstream).upstream_task_ids == {upstream}, downstream
-    for n in (1, 2, 3):
+        stage = [f"rollout_stage_{n}", f"wait_{n}", f"analyze_{n}", f"approve_{n}", f"answer_{n}"]
+        for upstream, downstream in zip(stage, stage[1:], strict=False):
+            assert dag.get_task(downstream).upstream_task_ids == {upstream}, downstream
+        # The next stage (or the promotion) opens after the analysis, and after the answer when a human was asked:
+        # none_failed_min_one_success, as the answer is skipped whenever nothing was asked.
+        after = dag.get_task(f"rollout_stage_{n + 1}" if n < 3 else "promote")
+        assert after.upstream_task_ids == {f"analyze_{n}", f"answer_{n}"}, after.task_id
+        assert after.trigger_rule == "none_failed_min_one_success"
+        chain += stage
         wait = dag.get_task(f"wait_{n}")
         assert type(wait).__name__ == "DateTimeSensorAsync"  # no worker held while a stage runs
         assert f"rollout_stage_{n}" in wait.target_time and "analyze_at" in wait.target_time
         assert dag.get_task(f"rollout_stage_{n}").arguments[-4:] == ["--stage", str(n), "--wired-stages", "3"]
-        assert_alerts(dag.get_task(f"analyze_{n}").on_skipped_callback, "task_skipped")  # a pause alerts too
+        assert "--ask" in dag.get_task(f"analyze_{n}").arguments  # a pause is a question for approve_N
+        approve = dag.get_task(f"approve_{n}")
+        assert type(approve).__name__ == "StageApproval" and approve.analysis_task == f"analyze_{n}"
+        assert approve.options == ["Promote", "Roll back", "Extend the stage"]
+        assert_alerts(approve.notifiers, "approval_needed")
+        answer = dag.get_task(f"answer_{n}")
+        assert answer.arguments[-4:] == [
+            "--stage",
+            str(n),
+            "--answer",
+            f"{{{{ ti.xcom_pull(task_ids='approve_{n}') | tojson }}}}",
+        ]
+        assert_alerts(answer.on_skipped_callback, "task_skipped")  # an extended stage that paused again alerts
+    assert dag.get_task("rollout_stage_1").trigger_rule == "all_success"
+    chain += ["promote", "wait_retire", "retire"]
+    assert dag.get_task("wait_retire").upstream_task_ids == {"promote"}
+    assert dag.get_task("retire").upstream_task_ids == {"wait_retire"}
     rollback = dag.get_task("rollback")
     # Every rollout task up to the promotion; not the keep-window wait and retire after it.
-    assert rollback.trigger_rule == "one_failed" and set(chain[1:-2]) == rollback.upstream_task_ids
+    assert rollback.trigger_rule == "one_failed" and set(chain[:-2]) == rollback.upstream_task_ids
     assert chain[-2:] == ["wait_retire", "retire"]
     assert_alerts(rollback.on_success_callback, "rolled_back")  # the rollback confirms itself
     assert_alerts(dag.get_task("promote").on_success_callback, "promoted")  # and so does a promotion
@@ -206,7 +228,7 @@ def test_a_new_spec_folder_gets_its_dag_and_a_broken_one_blocks_no_other(tmp_pat
     assert set(dags) == {"nightly_release_late_delivery", "nightly_release_route_risk", "rollback_release"}
     assert dags["nightly_release_route_risk"][0] == "30 3 * * *"
     # Its plan's two stages are wired (the example's three less the third stage's tasks).
-    third = {"rollout_stage_3", "wait_3", "analyze_3"}
+    third = {"rollout_stage_3", "wait_3", "analyze_3", "approve_3", "answer_3"}
     assert set(dags["nightly_release_late_delivery"][1]) - set(dags["nightly_release_route_risk"][1]) == third
     assert dags["rollback_release"][2] == ["broken", "late_delivery", "route_risk"]
     logged = out.stdout + out.stderr

@@ -39,7 +39,7 @@ def test_manifest_validates_and_is_restricted(step):
 
 
 def test_only_routing_steps_get_an_api_token_and_only_with_the_httproute_router(monkeypatch):
-    routing = {"rollout-stage", "analyze", "promote", "retire", "rollback", "manual-release"}
+    routing = {"rollout-stage", "analyze", "answer", "promote", "retire", "rollback", "manual-release"}
     assert all(render_manifest(step)["spec"]["automountServiceAccountToken"] is False for step in STEPS)
     monkeypatch.setenv("MLRELEASE_TRAFFIC_ROUTER", "httproute")
     tokens = {step: render_manifest(step)["spec"]["automountServiceAccountToken"] for step in STEPS}

@@ -156,7 +156,7 @@ class Marker:
     """A moment worth a vertical line on the timeline: a stage opened, a rollback, the promotion."""
 
     at: datetime
-    kind: str  # stage_opened | cohort_rolled_back | rolling_back | rolled_back | promoted | paused
+    kind: str  # stage_opened | cohort_rolled_back | rolling_back | rolled_back | promoted | paused | approval
     label: str
 
 

@@ -19,6 +19,7 @@ MARKER_COLOURS = {
     "cohort_rolled_back": "#ef6c00",
     "promoted": PASS,
     "paused": "#6a1b9a",
+    "approval": "#283593",
 }
 HOURS_METRICS = {"mae", "p90_abs_error"}  # holdout errors are in hours (the model predicts an ETA in hours)
 

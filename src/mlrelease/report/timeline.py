@@ -68,6 +68,9 @@ def shares_and_markers(
             markers.append(Marker(event.at, "promoted", "promoted"))
         elif event.kind == "analysis" and d.get("action") == "pause":
             markers.append(Marker(event.at, "paused", "paused"))
+        elif event.kind == "approval":  # a human's answer in the run (or the default, taken at the timeout)
+            who = f"answered by {d.get('by')}" if d.get("by") else "nobody answered in time: the default"
+            markers.append(Marker(event.at, "approval", f"{d.get('choice')} at stage {event.stage} ({who})"))
         else:
             continue
         points.append(SharePoint(event.at, dict(current)))

@@ -67,6 +67,7 @@ class RolloutState(BaseModel):
     started_at: datetime | None = None  # when the rollout began: what came before is the pre-rollout baseline
     baseline_since: datetime | None = None  # … but not before this (the previous rollout of the model ended)
     finished_at: datetime | None = None  # when it was promoted or rolled back
+    extended_s: float = Field(0.0, ge=0, description="added to the open stage's maximum exposure by a human's answer")
 
 
 State = TypeVar("State", bound=RolloutState)
@@ -104,7 +105,7 @@ def next_action(
     failed = tuple(sorted(c for c, v in judged.items() if v is Verdict.FAIL))
     if failed:
         return _on_breach(state, plan, failed)
-    minimum, maximum = stage.min_exposure_s[profile], stage.max_exposure_s[profile]
+    minimum, maximum = stage.min_exposure_s[profile], stage.max_exposure_s[profile] + state.extended_s
     if elapsed < minimum:
         return Action(ActionKind.WAIT, state.stage, reason=f"stage {stage.name}: {elapsed:.0f}/{minimum:.0f} s exposed")
     if any(v is Verdict.INCONCLUSIVE for v in judged.values()):
@@ -138,7 +139,7 @@ def exposure(state: RolloutState, plan: RolloutPlan, profile: Profile, now: date
     if state.stage_opened_at is None or state.phase is not Phase.STAGE:
         return False, False
     stage, elapsed = plan.stage(state.stage), (now - state.stage_opened_at).total_seconds()
-    return elapsed >= stage.min_exposure_s[profile], elapsed >= stage.max_exposure_s[profile]
+    return elapsed >= stage.min_exposure_s[profile], elapsed >= stage.max_exposure_s[profile] + state.extended_s
 
 
 def _on_breach(state: RolloutState, plan: RolloutPlan, failed: tuple[str, ...]) -> Action:
@@ -183,12 +184,12 @@ def _after(state: State, action: Action, plan: RolloutPlan, now: datetime) -> St
     if kind is ActionKind.OPEN_STAGE:
         return replace(state, stage_opened_at=now, started_at=state.started_at or now)
     if kind is ActionKind.ADVANCE:
-        return replace(state, stage=state.stage + 1, stage_opened_at=None)
+        return replace(state, stage=state.stage + 1, stage_opened_at=None, extended_s=0.0)
     if kind is ActionKind.ROLLBACK_COHORT:
         excluded = tuple(sorted({*state.excluded_cohorts, *action.cohorts}))
         if state.stage == len(plan.stages):  # promotion with a cohort held back needs a human decision
             return replace(state, excluded_cohorts=excluded, phase=Phase.PAUSED, reason=action.reason)
-        return replace(state, excluded_cohorts=excluded, stage=state.stage + 1, stage_opened_at=None)
+        return replace(state, excluded_cohorts=excluded, stage=state.stage + 1, stage_opened_at=None, extended_s=0.0)
     terminal = {ActionKind.PROMOTE: Phase.PROMOTED, ActionKind.PAUSE: Phase.PAUSED}
     if kind in terminal:
         return replace(state, phase=terminal[kind], reason=action.reason)

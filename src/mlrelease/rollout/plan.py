@@ -296,6 +296,37 @@ class ExpectedTraffic(StrictModel):
         return self
 
 
+ApprovalChoice = Literal["promote", "rollback", "extend"]
+
+
+class Approval(StrictModel):
+    """How a human answers a paused rollout inside the nightly run (the DAG's `approve_N` task after each stage).
+
+    A stage that pauses (inconclusive at its maximum exposure, a breach with `on_breach: pause`, a cohort held back
+    at the last stage) asks: promote (past this stage: the next stage, or champion after the last), roll back, or
+    extend the stage by another maximum exposure (the bands are anytime-valid: looking longer costs no α). An
+    unanswered question takes `default` after `timeout_s`. `confirm_promotion` asks even when the last stage passed.
+    """
+
+    timeout_s: dict[Profile, float] = Field(
+        default_factory=lambda: {"production": 14400.0, "demo": 600.0},  # type: ignore[arg-type]
+        description="how long the question waits for an answer before `default` is taken",
+    )
+    default: Literal["rollback", "extend"] = Field(
+        "rollback", description="the answer when nobody answers in time (never promote: no promotion goes unseen)"
+    )
+    confirm_promotion: bool = Field(False, description="ask before promoting, even when every stage passed")
+    assigned_users: tuple[str, ...] = Field(
+        default=(), description="Airflow user ids allowed to answer (empty: anyone who may edit the DAG's runs)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Approval:
+        if set(self.timeout_s) != {"production", "demo"} or min(self.timeout_s.values()) <= 0:
+            raise ValueError("timeout_s needs positive 'production' and 'demo' seconds")
+        return self
+
+
 class RolloutPlan(StrictModel):
     """The shadow gate and the ordered stages; the last stage decides promotion."""
 
@@ -318,6 +349,7 @@ class RolloutPlan(StrictModel):
         default_factory=lambda: {"production": 7200.0, "demo": 60.0},  # type: ignore[arg-type]
         description="each user's traffic this long before the rollout started is their covariate (CUPED); 0: none",
     )
+    approval: Approval = Field(default_factory=Approval, description="a human's answer to a paused rollout")
 
     @model_validator(mode="before")
     @classmethod

@@ -6,10 +6,12 @@ finished returns what it did before. A rollback of everything is the one decisio
 moves, as `rolling_back` (so no stage opens and no promotion happens meanwhile); it becomes `rolled_back`
 only once routing reads back with nothing on the candidate, and any later `rollback` or `analyze` finishes it.
 
-One module per command: `stage`, `analyze`, `rollback`, `promote`, `status`.
+One module per command: `stage`, `analyze`, `answer` (a human's answer to a stage's question), `rollback`,
+`promote`, `status`.
 """
 
 from mlrelease.steps.rollout.analyze import analyze
+from mlrelease.steps.rollout.answer import answer
 from mlrelease.steps.rollout.promote import promote, promote_paused, retire
 from mlrelease.steps.rollout.rollback import rollback, rollback_all, rollback_to
 from mlrelease.steps.rollout.stage import rollout_stage
@@ -21,6 +23,7 @@ __all__ = [
     "rollback",
     "rollback_to",
     "analyze",
+    "answer",
     "promote_paused",
     "promote",
     "retire",

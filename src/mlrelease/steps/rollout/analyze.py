@@ -9,6 +9,7 @@ from typing import Any
 
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.rollout.analysis import StageAnalysis
+from mlrelease.rollout.answer import question
 from mlrelease.rollout.context import DRAIN_S, RolloutContext, iso
 from mlrelease.rollout.machine import Action, ActionKind, Phase, apply
 from mlrelease.rollout.store import RolloutRecord, now_utc
@@ -40,19 +41,30 @@ def _tick(ctx: RolloutContext, record: RolloutRecord, stage: int) -> tuple[Actio
 
 
 def analyze(
-    settings: Settings, stage: int, version: int, run_key: str, *, tick: bool = False, poll_s: float | None = None
+    settings: Settings,
+    stage: int,
+    version: int,
+    run_key: str,
+    *,
+    tick: bool = False,
+    poll_s: float | None = None,
+    ask: bool = False,
 ) -> dict[str, Any]:
     """Judge stage `stage` and act: advance, roll a cohort back, roll everything back, pause, or clear promotion.
 
     With `tick`, one look per call: while nothing is decided it returns `decided: false` and the time of the
     next check, and the DAG defers until then (no process waits through a stage). Without it, it looks every
     `poll_s` (default: the stage's check interval) until a decision, which the maximum exposure bounds.
+    With `ask`, a pause (or a promotion the plan wants confirmed) is a question for the approval task that follows:
+    the result carries it (`question`) and the step succeeds; without it a pause ends the step skipped.
     """
     ctx = RolloutContext.open(settings)
     record = ctx.owned(run_key, version)
     done = [e for e in record.history if e.kind == "analysis" and e.stage == stage]
     if done and (record.stage > stage or record.phase is Phase.PROMOTED or done[-1].detail["action"] == "promote"):
-        return {**stage_result(record, stage), **done[-1].detail, "status": "already analysed", "decided": True}
+        return _asking({**stage_result(record, stage), **done[-1].detail, "status": "already analysed"}, record, ask)
+    if done and ask and record.phase is Phase.PAUSED and record.stage == stage:  # a retry after the pause
+        return _asking({**stage_result(record, stage), **done[-1].detail, "status": "paused"}, record, ask)
     if record.phase is Phase.ROLLING_BACK:  # decided by an earlier tick (or a person), routing not confirmed
         record = finish_rollback(ctx, record)[0]
         raise GateFailed(f"rolled back v{version} to v{record.stable_version}: {record.reason}")
@@ -74,7 +86,14 @@ def analyze(
                 "next_check_at": iso(now + timedelta(seconds=every)),
             }
         time.sleep(every if poll_s is None else poll_s)
-    return {**_act(settings, ctx, record, stage, action, analysis, now), "decided": True}
+    return {**_act(settings, ctx, record, stage, action, analysis, now, ask=ask), "decided": True}
+
+
+def _asking(result: dict[str, Any], record: RolloutRecord, ask: bool) -> dict[str, Any]:
+    """A decided result, with the question the approval task asks about it (none: `question` is null)."""
+    stage, action = result["stage"], str(result.get("action", ""))
+    asked = question(record, stage, action, str(result.get("reason", ""))) if ask else None
+    return {**result, "decided": True, "question": asked}
 
 
 def _act(
@@ -85,6 +104,8 @@ def _act(
     action: Action,
     analysis: StageAnalysis,
     now: datetime,
+    *,
+    ask: bool = False,
 ) -> dict[str, Any]:
     """Carry out a decided tick: traffic first, then the record (a full rollback: the decision, traffic, the record)."""
     version = record.candidate_version
@@ -106,7 +127,7 @@ def _act(
     record = ctx.record_update(record, analysed)
     result = {**stage_result(record, stage), **detail, **analysis.as_dict()}
     if kind is ActionKind.PROMOTE:
-        return {**result, "status": "every stage passed: ready to promote"}
+        return _asking({**result, "status": "every stage passed: ready to promote"}, record, ask)
     state = apply(record, action, record.plan, now)
     if kind is ActionKind.ROLLBACK_COHORT:
         # Traffic first, for the stage that breached: the cohort back on stable, the others keep the candidate
@@ -126,8 +147,10 @@ def _act(
     else:
         record = ctx.record_update(record, state)
     if record.phase is Phase.PAUSED:
-        raise Skipped(f"rollout of v{version} paused: {record.reason}")
-    return {**result, "status": str(kind)}
+        if not ask:
+            raise Skipped(f"rollout of v{version} paused: {record.reason}")
+        return _asking({**result, "status": "paused: a human decides"}, record, ask)
+    return _asking({**result, "status": str(kind)}, record, ask)
 
 
 def _diagnose_all(

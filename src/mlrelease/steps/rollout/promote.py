@@ -7,6 +7,7 @@ from typing import Any
 
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.registry import CHALLENGER, CHAMPION
+from mlrelease.rollout.answer import promotion_confirmed
 from mlrelease.rollout.context import RolloutContext
 from mlrelease.rollout.machine import Action, ActionKind, Phase, apply
 from mlrelease.rollout.store import now_utc
@@ -43,8 +44,12 @@ def promote(
         record = ctx.record_update(record, record.with_event("gates_overridden", now_utc(), record.stage, **overridden))
     last = len(record.plan.stages)
     passed = [e for e in record.history if e.kind == "analysis" and e.stage == last and e.detail["action"] == "promote"]
+    confirmed = promotion_confirmed(record)  # a human answered `promote` to the last stage's question in the run
+    by_hand = by_hand or (confirmed and record.phase is Phase.PAUSED)
     if not passed and not (by_hand and record.phase is Phase.PAUSED):
         raise StepError(f"v{version} has not passed the last stage's analysis: refusing to promote an unchecked model")
+    if record.plan.approval.confirm_promotion and not (confirmed or by_hand):
+        raise StepError(f"the plan asks a human to confirm the promotion of v{version}, and nobody has")
     now = now_utc()
     state = apply(record, Action(ActionKind.PROMOTE, record.stage, reason="promoted"), record.plan, now)
     routing = ctx.route(record, state, "promote")  # traffic first; the alias is the commit point
