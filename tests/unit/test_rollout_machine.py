@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -23,13 +22,12 @@ from mlrelease.rollout.machine import (
 from mlrelease.rollout.outage import CallTimeline
 from mlrelease.rollout.plan import load_plan
 from mlrelease.rollout.store import RolloutBusy, RolloutStore
-from mlrelease.rollout.traffic_router import Routing
 from mlrelease.settings import Settings
 from mlrelease.steps import rollout as steps
 from mlrelease.steps.rollout import stage as stage_step
 from mlrelease.verdicts.decide import Verdict
 from tests.unit.arms import arm_window
-from tests.unit.records import rollout_record
+from tests.unit.records import FakeRouter, rollout_record
 
 PLAN = load_plan().allocated(("high_value", "long_tail", "core"))
 T0 = datetime(2026, 11, 29, 2, tzinfo=UTC)
@@ -155,27 +153,6 @@ def test_a_pooled_breach_rolls_everything_back_even_in_a_cohort_rollback_stage()
 
 # The rollback steps, against the real record store and a fake router that notes what the record said
 # when traffic moved.
-
-
-class FakeRouter:
-    """Routing in memory; `failing` makes every write fail (e.g. stable cannot be loaded)."""
-
-    location, observed_by = "fake", frozenset({"decision_log"})
-
-    def __init__(self, store) -> None:
-        self.store, self.failing = store, ""
-        self.routing = Routing(stable_version=1, candidate_version=2, candidate_percent={"high_value": 50.0})
-        self.record_said: list[Phase] = []  # the record's phase at each routing write
-
-    def current(self) -> Routing:
-        return self.routing
-
-    def apply(self, routing: Routing, *, reason: str, clear_trips: bool = False) -> Routing:
-        self.record_said.append(self.store.read().phase)
-        if self.failing:
-            raise StepError(self.failing)
-        self.routing = replace(routing, revision=self.routing.revision + 1)
-        return self.routing
 
 
 class FailingSource:
