@@ -23,7 +23,9 @@ mkdir -p "$LOGS"
 
 dag_test() {  # dag_test MODEL END LOG [DRILL]: one nightly run of MODEL, its finished tasks listed; returns its success
   local rc=0
-  MLRELEASE_DRILL_CANDIDATE_FAULT="${4:-}" MLRELEASE_TASK_RETRIES=0 \
+  # `airflow dags test` runs no scheduler, so a question to a human would never time out: approvals off, a stage
+  # that asks leaves the rollout paused (decide with `mlrelease step manual-release` or the rollback_release DAG).
+  MLRELEASE_DRILL_CANDIDATE_FAULT="${4:-}" MLRELEASE_TASK_RETRIES=0 MLRELEASE_APPROVALS=off \
     airflow dags test "nightly_release_$1" "$2" -c "$DEMO_CONF" > "$3" 2>&1 || rc=$?
   grep -oE "\[DAG TEST\] end task task_id=[a-z_0-9]+|DagRun Finished: .*state=[a-z]+" "$3" \
     | sed -E 's/\[DAG TEST\] end task task_id=/  finished /; s/DagRun Finished: .*(state=[a-z]+)/  run \1/' || true

@@ -9,6 +9,7 @@ question it skips itself at once, and so does the `answer_N` step after it. The 
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,11 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from mlrelease.rollout.answer import OPTIONS
 from mlrelease_airflow.notifiers import release_alerts
+
+# Where no person can answer (`make run`'s `airflow dags test`, which never times a question out), approvals are off:
+# a stage that asks leaves the rollout paused, as a pause did before approvals, alerts, and rollback_release decides.
+APPROVALS_ENV = "MLRELEASE_APPROVALS"
+APPROVALS = ("ask", "off")
 
 WHAT = {
     "Promote": "past this stage: the next stage opens, or, after the last, the candidate becomes champion",
@@ -50,6 +56,13 @@ class StageApproval(HITLOperator):
         asked = result.get("question")
         if not asked:
             raise AirflowSkipException(f"stage {self.stage}: {result.get('status', 'decided')}: nothing to ask")
+        if approvals() == "off":
+            for alert in release_alerts("task_skipped"):
+                alert(context)
+            raise AirflowSkipException(
+                f"stage {self.stage} asks a human ({asked['reason']}), but approvals are off here "
+                f"({APPROVALS_ENV}=off): the rollout stays paused; decide with the rollback_release DAG"
+            )
         from mlrelease_airflow.notify_alert import alert_from_context
 
         self.subject = subject(result)
@@ -73,6 +86,14 @@ class StageApproval(HITLOperator):
             "at": payload["responded_at"].isoformat(),
             "by": user.get("name") or user.get("id") or None,
         }
+
+
+def approvals() -> str:
+    """`ask` (default) or `off`, from MLRELEASE_APPROVALS; anything else is an error naming the choices."""
+    mode = os.environ.get(APPROVALS_ENV, "ask")
+    if mode not in APPROVALS:
+        raise ValueError(f"{APPROVALS_ENV} must be one of {', '.join(APPROVALS)}; got {mode!r}")
+    return mode
 
 
 def subject(result: dict[str, Any]) -> str:
@@ -104,9 +125,15 @@ def question_body(result: dict[str, Any], report_url: str | None) -> str:
     if report_url:
         lines.append(f"**Release report**: [{report_url}]({report_url})")
     lines += ["", *[f"- **{option}**: {WHAT[option]}" for option in OPTIONS]]
-    hours = float(asked["timeout_s"]) / 3600
-    lines.append(f"\nUnanswered after {hours:.3g} h: **{asked['default']}**.")
+    lines.append(f"\nUnanswered after {_duration(float(asked['timeout_s']))}: **{asked['default']}**.")
     return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    """`45 s`, `10 min` or `4 h`."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.3g} h"
 
 
 def _row(row: dict[str, Any]) -> str:

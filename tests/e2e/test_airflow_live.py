@@ -576,17 +576,50 @@ def test_nightly_release_triggered_like_the_form_releases_the_first_model(
 NEXT_START, NEXT_END = WINDOW_END, "2026-11-30T02:00:00+00:00"
 NEXT_KEY = run_key(datetime.fromisoformat(NEXT_END))
 LIVE_TRAFFIC_RATE = 200.0  # as the rollout tests: each arm's evidence for a pass gathers in seconds
+# A contract no window of this world can decide (it needs far more calls than a stage gets): its stage is
+# inconclusive at its maximum exposure and pauses for a human, whatever the candidate does.
+UNDECIDABLE = {"metric": "error_rate", "bad": "higher", "tolerance": 0.02, "min_samples": 10_000_000}
+# The last stage asks: its maximum exposure is short, as it can only end inconclusive.
 LIVE_PLAN = {
     **GOOD_PLAN,
-    "stages": [{**stage, "max_exposure_s": {"production": 7200, "demo": 120}} for stage in GOOD_PLAN["stages"]],
+    "stages": [
+        *({**stage, "max_exposure_s": {"production": 7200, "demo": 120}} for stage in GOOD_PLAN["stages"][:2]),
+        {
+            **GOOD_PLAN["stages"][2],
+            "max_exposure_s": {"production": 7200, "demo": 30},
+            "guardrails": [*GOOD_PLAN["stages"][2]["guardrails"], UNDECIDABLE],
+        },
+    ],
 }
 ROLLOUT_TASKS = [
     "shadow",
-    *(f"{task}_{n}" for n in (1, 2, 3) for task in ("rollout_stage", "wait", "analyze")),
+    *(f"{task}_{n}" for n in (1, 2, 3) for task in ("rollout_stage", "wait", "analyze", "approve", "answer")),
     "promote",
     "wait_retire",
     "retire",
 ]
+HUMAN = "awaiting_input"  # the state of an approval task waiting for its answer (Airflow 3.3)
+
+
+def hitl_path(run_id: str, task_id: str, dag_id: str = NIGHTLY) -> str:
+    """The REST path of a task's human-in-the-loop detail (what the UI's Required Actions page reads and answers)."""
+    return f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails"
+
+
+def wait_for_question(airflow: LiveAirflow, run_id: str, task_id: str) -> dict[str, Any]:
+    """Wait until `task_id` asks (awaiting input); its HITL detail."""
+    airflow.wait_for(
+        f"{task_id} to ask",
+        lambda: (
+            airflow.task_instances(NIGHTLY, run_id).get(task_id, {}).get("state") == HUMAN
+            or airflow.api("GET", f"/dags/{NIGHTLY}/dagRuns/{run_id}")["state"] in TERMINAL
+        ),
+        timeout_s=RUN_TIMEOUT_S,
+        interval_s=2.0,
+    )
+    assert airflow.task_instances(NIGHTLY, run_id)[task_id]["state"] == HUMAN, airflow.explain(NIGHTLY, run_id)
+    detail: dict[str, Any] = airflow.api("GET", hitl_path(run_id, task_id))
+    return detail
 
 
 @pytest.fixture
@@ -649,15 +682,36 @@ def test_the_next_night_rolls_a_retrained_candidate_out_under_live_traffic(
     pool = traffic.order_pool(offline, datetime.fromisoformat(NEXT_END), load_config().cohorts)
     bodies = traffic.build_requests(pool, 3_000, None, supply_features=False, seed=3)
     with devkit.background_traffic(url, bodies, key, LIVE_TRAFFIC_RATE) as report:
+        # The last stage cannot decide: it pauses, and approve_3 asks on the Required Actions page, with the evidence.
+        asked = wait_for_question(airflow, run_id, "approve_3")
+        assert asked["options"] == ["Promote", "Roll back", "Extend the stage"] and asked["defaults"] == ["Roll back"]
+        assert asked["subject"] == "v2, stage 3 paused: promote, roll back or extend?"
+        assert "still inconclusive after" in asked["body"] and "| * | error_rate" in asked["body"]
+        assert "Unanswered after 10 min: **Roll back**" in asked["body"]  # the plan's demo timeout: 600 s
+        # An option the task does not offer is refused, naming the ones it does; nothing is recorded.
+        reply = airflow.session.patch(
+            f"{airflow.url}/api/v2{hitl_path(run_id, 'approve_3')}",
+            json={"chosen_options": ["Ship it"], "params_input": {}},
+            timeout=60,
+        )
+        assert reply.status_code == 400 and "Invalid options ['Ship it']" in reply.text, reply.text
+        assert airflow.task_instances(NIGHTLY, run_id)["approve_3"]["state"] == HUMAN
+        # The release manager promotes it, as the UI's Required Actions page does.
+        answered = airflow.api(
+            "PATCH", hitl_path(run_id, "approve_3"), json={"chosen_options": ["Promote"], "params_input": {}}
+        )
+        assert answered["chosen_options"] == ["Promote"] and answered["responded_by"]["name"] == USER
         finished = airflow.wait_for_run(NIGHTLY, run_id)
     assert finished["state"] == "success", airflow.explain(NIGHTLY, run_id)
 
-    # Every rollout task ran on the scheduler: three stages opened, waited for and analysed, then the promotion and
-    # the old champion's retirement; rollback (one_failed) skipped; the verdict green.
+    # Every rollout task ran on the scheduler: three stages opened, waited for and analysed; the first two decided
+    # alone (nothing to ask: their approval and answer skipped), the third asked and was answered; then the promotion
+    # and the old champion's retirement; rollback (one_failed) skipped; the verdict green.
     tis = airflow.task_instances(NIGHTLY, run_id)
     states = {task: ti["state"] for task, ti in tis.items()}
     expected = {task: "success" for task in [*PIPELINE, *ROLLOUT_TASKS, "release_complete", "report"]}
-    assert states == expected | {"rollback": "skipped"}, airflow.explain(NIGHTLY, run_id)
+    unasked = {f"{task}_{n}": "skipped" for n in (1, 2) for task in ("approve", "answer")}
+    assert states == expected | unasked | {"rollback": "skipped"}, airflow.explain(NIGHTLY, run_id)
 
     steps = outcomes(live_home, NEXT_KEY)
     assert steps["train"]["result"]["model_version"] == 2  # retrained on the next interval, not a copy
@@ -668,13 +722,20 @@ def test_the_next_night_rolls_a_retrained_candidate_out_under_live_traffic(
     assert record is not None and record.phase is Phase.PROMOTED and record.candidate_version == 2
     looks = [event.stage for event in record.history if event.kind == "analysis"]
     assert sorted(set(looks)) == [1, 2, 3], looks  # each stage judged on its own window
+    # The answer is in the record (who, when) and the promotion was a human's.
+    (approval,) = [event for event in record.history if event.kind == "approval"]
+    assert approval.stage == 3 and approval.detail["choice"] == "promote" and approval.detail["by"] == USER
+    assert record.history[-1].kind == "promoted" and record.history[-1].detail["by_hand"] is True
+    assert steps["answer_3"]["result"]["answer"]["by"] == USER
+    page = (Path(steps["report"]["result"]["report"]) / "index.html").read_text(encoding="utf-8")
+    assert f"promote at stage 3 (answered by {USER})" in page
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{live_home / 'mlflow/mlflow.db'}")
     assert int(client.get_model_version_by_alias("parcel_eta", "champion").version) == 2
     assert report.errors == 0, report.summary()
     assert any("/v2/model" in served for served in report.served), report.served
-    assert [b["body"]["event"] for b in alerts.bodies] == ["promoted"]
+    assert [b["body"]["event"] for b in alerts.bodies] == ["approval_needed", "promoted"]
 
 
 def test_rollback_release_abort_with_nothing_rolling_out_ends_skipped(
@@ -728,3 +789,75 @@ def test_a_bad_param_is_refused_before_any_run(airflow: LiveAirflow, param: str,
     detail = reply.json()["detail"]
     assert f"Invalid input for param {param}: {complaint}" in detail
     assert run_count(airflow, "rollback_release") == runs_before
+
+
+# The night after: a candidate whose first stage cannot decide, so it asks; the plan's question goes to an on-call
+# user only, with a short timeout. Nobody answers (the test's user may not: 403), and the default rolls it back.
+THIRD_START, THIRD_END = NEXT_END, "2026-12-01T02:00:00+00:00"
+ASKING_PLAN = {
+    **GOOD_PLAN,
+    "approval": {"timeout_s": {"production": 3600, "demo": 20}, "default": "rollback", "assigned_users": ["oncall"]},
+    "stages": [
+        {
+            **GOOD_PLAN["stages"][0],
+            "max_exposure_s": {"production": 7200, "demo": 10},
+            "guardrails": [*GOOD_PLAN["stages"][0]["guardrails"], UNDECIDABLE],
+        },
+        *GOOD_PLAN["stages"][1:],
+    ],
+}
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 300)
+def test_an_unanswered_question_times_out_to_its_default_and_rolls_the_candidate_back(
+    airflow: LiveAirflow, live_home: Path, alerts: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlrelease.rollout.machine import Phase
+    from mlrelease.rollout.store import RolloutStore
+    from mlrelease.settings import Settings
+
+    alerts_before = len(alerts.bodies)
+    generate(live_home / "data" / "offline", date(2026, 12, 1), date(2026, 12, 1), rows_per_day=ROWS_PER_DAY, seed=12)
+    plan = live_home / "asking-plan.yaml"
+    plan.write_text(yaml.safe_dump(ASKING_PLAN), encoding="utf-8")
+    body = form_body(
+        {**NIGHT_CONF, "rollout_plan": str(plan)},
+        logical_date=form_now(),
+        data_interval=(THIRD_START, THIRD_END),
+        note="live e2e: a question nobody answers",
+    )
+    run_id = airflow.api("POST", f"/dags/{NIGHTLY}/dagRuns", json=body)["dag_run_id"]
+    asked = wait_for_question(airflow, run_id, "approve_1")  # no traffic at all: stage 1 cannot pass, it asks
+    assert asked["assigned_users"] == [{"id": "oncall", "name": "oncall"}]
+    reply = airflow.session.patch(
+        f"{airflow.url}/api/v2{hitl_path(run_id, 'approve_1')}",
+        json={"chosen_options": ["Promote"], "params_input": {}},
+        timeout=60,
+    )
+    assert reply.status_code == 403 and f"User={USER}" in reply.text, reply.text  # not a respondent of this one
+    finished = airflow.wait_for_run(NIGHTLY, run_id)
+
+    # The scheduler took the default after 20 s: roll back. answer_1 carried it out and failed, as every rollback of
+    # a release does; the rollback task (one_failed) finished the clean-up; the run's verdict is failed.
+    assert finished["state"] == "failed", airflow.explain(NIGHTLY, run_id)
+    states = {task: ti["state"] for task, ti in airflow.task_instances(NIGHTLY, run_id).items()}
+    assert {t: states[t] for t in ("approve_1", "answer_1", "rollout_stage_2", "promote", "rollback")} == {
+        "approve_1": "success",
+        "answer_1": "failed",
+        "rollout_stage_2": "upstream_failed",
+        "promote": "upstream_failed",
+        "rollback": "success",
+    }, airflow.explain(NIGHTLY, run_id)
+    detail = airflow.api("GET", hitl_path(run_id, "approve_1"))
+    assert detail["chosen_options"] == ["Roll back"] and detail["responded_by"] is None
+    monkeypatch.setenv("MLRELEASE_HOME", str(live_home))
+    record = RolloutStore.from_settings(Settings.from_env(), "parcel_eta").read()
+    assert record is not None and record.phase is Phase.ROLLED_BACK and record.candidate_version == 3
+    (approval,) = [event for event in record.history if event.kind == "approval"]
+    assert approval.detail["choice"] == "rollback" and approval.detail["timed_out"] is True
+    assert record.reason == "stage 1: roll back (nobody answered in time: the default)"
+    steps = outcomes(live_home, run_key(datetime.fromisoformat(THIRD_END)))
+    page = (Path(steps["report"]["result"]["report"]) / "index.html").read_text(encoding="utf-8")
+    assert "rollback at stage 1 (nobody answered in time: the default)" in page
+    events = [b["body"]["event"] for b in alerts.bodies[alerts_before:]]
+    assert events == ["approval_needed", "task_failed", "rolled_back"], events

@@ -305,3 +305,24 @@ def test_a_stage_that_pauses_asks_the_approval_task_and_a_retry_asks_the_same(pa
     assert {r["verdict"] for r in asked["results"]} == {"inconclusive"}  # the evidence the approval task shows
     again = steps.analyze(None, 1, 2, KEY, ask=True)
     assert again["question"] == asked["question"] and again["status"] == "paused"
+
+
+def test_where_approvals_are_off_a_question_leaves_the_rollout_paused_and_alerts(monkeypatch):
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from mlrelease_airflow import approval
+
+    task = approval.StageApproval(task_id="approve_1", stage=1, analysis_task="analyze_1")
+    asked = answers.question(rollout_record(Phase.PAUSED).model_copy(update={"reason": "inconclusive"}), 1, "pause", "")
+    ti = SimpleNamespace(id="ti-1", xcom_pull=lambda task_ids: {"model_version": 2, "question": asked})
+    alerted: list[str] = []
+    monkeypatch.setattr(
+        approval, "release_alerts", lambda event: [lambda context: alerted.append(f"{event} {context['ti'].id}")]
+    )
+    monkeypatch.setenv("MLRELEASE_APPROVALS", "off")  # `make run`: `airflow dags test` never times a question out
+    with pytest.raises(AirflowSkipException, match=r"asks a human \(inconclusive\), but approvals are off here"):
+        task.execute({"ti": ti, "task_instance": ti})
+    assert alerted == ["task_skipped ti-1"]  # the pause alerts, as it did before approvals
+    monkeypatch.setenv("MLRELEASE_APPROVALS", "maybe")
+    with pytest.raises(ValueError, match="MLRELEASE_APPROVALS must be one of ask, off; got 'maybe'"):
+        task.execute({"ti": ti, "task_instance": ti})
