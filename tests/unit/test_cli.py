@@ -98,3 +98,21 @@ def test_a_malformed_task_identity_is_an_error_naming_the_variable(home, monkeyp
     monkeypatch.setenv("MLRELEASE_DATA_INTERVAL_END", "{{ data_interval_end }}")  # never rendered
     assert main(["step", "check-freshness", "--end", "2026-11-29T02:00:00Z"]) == EXIT_STEP_ERROR
     assert "bad MLRELEASE_DATA_INTERVAL_END" in capsys.readouterr().err
+
+
+def test_a_result_with_nan_or_infinite_numbers_is_written_as_strict_json(tmp_path):
+    import json
+    import math
+
+    from mlrelease.xcom import write_result
+
+    path = tmp_path / "return.json"
+    write_result(path, {"band": {"estimate": math.nan, "lower": -math.inf, "upper": math.inf}, "rows": [1.5, math.nan]})
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    assert json.loads(path.read_text(), parse_constant=refuse) == {
+        "band": {"estimate": None, "lower": None, "upper": None},
+        "rows": [1.5, None],
+    }
