@@ -849,7 +849,7 @@ def test_an_unanswered_question_times_out_to_its_default_and_rolls_the_candidate
         "rollback": "success",
     }, airflow.explain(NIGHTLY, run_id)
     detail = airflow.api("GET", hitl_path(run_id, "approve_1"))
-    assert detail["chosen_options"] == ["Roll back"] and detail["responded_by"] is None
+    assert detail["chosen_options"] == ["Roll back"] and detail["responded_by_user"] is None
     monkeypatch.setenv("MLRELEASE_HOME", str(live_home))
     record = RolloutStore.from_settings(Settings.from_env(), "parcel_eta").read()
     assert record is not None and record.phase is Phase.ROLLED_BACK and record.candidate_version == 3
