@@ -424,9 +424,12 @@ def test_a_staged_rollout_in_gateway_api_mode_rolls_a_slow_candidate_back_and_pr
         assert report.errors == 0, report.summary()
         patches = [r for r in kube.requests if r["method"] == "PATCH"]
         assert len(patches) >= 5  # slow: stage 1, rollback; good: three stages, promotion
+        # Promoted: the new champion is stable (the stable gateways serve it, told first), and the route sends everyone
+        # to them; the candidate gateways get nobody until the next rollout.
         route = kube.objects[("mlrelease", "parcel-eta")]
-        rules = route["spec"]["rules"]  # promoted: every bucket of every cohort to the candidate gateways
-        assert [r["backendRefs"][0]["name"] for r in rules[::2]] == ["mlrelease-gateway-candidate"] * 4
+        assert json.loads(route["metadata"]["annotations"][ANNOTATION_ROUTING])["stable_version"] == HEALTHY_CANDIDATE
+        assert {r["backendRefs"][0]["name"] for r in route["spec"]["rules"]} == {"mlrelease-gateway-stable"}
+        assert _routing(fresh)["stable_version"] == HEALTHY_CANDIDATE
         assert steps.status(fresh.settings)["routing_store"] == "httproute://mlrelease/parcel-eta"
 
 
