@@ -223,10 +223,15 @@ def redis_server(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]
 
 @contextmanager
 def background_traffic(
-    url: str, bodies: list[dict[str, Any]], api_key: str, rate: float, path: str = "/v1/predict"
+    url: str,
+    bodies: list[dict[str, Any]],
+    api_key: str,
+    rate: float,
+    path: str = "/v1/predict",
+    headers_per_body: list[dict[str, str]] | None = None,
 ) -> Iterator[Any]:
     """`mlrelease traffic` in a thread at `rate` req/s to `path` until the block ends; yields the report (filled on
-    exit)."""
+    exit). `headers_per_body`: each body's own headers (an upstream's route headers)."""
     import asyncio
     import threading
 
@@ -237,7 +242,17 @@ def background_traffic(
 
     def run() -> None:
         done = asyncio.run(
-            send(url, bodies, api_key=api_key, rate=rate, duration_s=3600, concurrency=64, stop=stop, path=path)
+            send(
+                url,
+                bodies,
+                api_key=api_key,
+                rate=rate,
+                duration_s=3600,
+                concurrency=64,
+                stop=stop,
+                path=path,
+                headers_per_body=headers_per_body,
+            )
         )
         report.__dict__.update(done.__dict__)
 

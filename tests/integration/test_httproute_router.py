@@ -275,3 +275,47 @@ def test_the_gateway_router_refuses_where_the_cluster_routes_with_an_httproute(t
     monkeypatch.delenv("MLRELEASE_TRAFFIC_ROUTER", raising=False)
     with pytest.raises(StepError, match="set MLRELEASE_TRAFFIC_ROUTER=httproute"):
         open_traffic_router(Settings.from_env(), "parcel_eta")
+
+
+class ArmsDocument:
+    """The arm gateways' routing document, in memory; notes the route's generation when it is written."""
+
+    location, observed_by = "memory", frozenset({"decision_log", "prometheus"})
+
+    def __init__(self, api: FakeKubeApi) -> None:
+        self.api, self.routing, self.written_at_generation = api, Routing(stable_version=1), []
+
+    def current(self) -> Routing:
+        return self.routing
+
+    def apply(self, routing: Routing, *, reason: str, clear_trips: bool = False) -> Routing:
+        route = self.api.objects[(ARMS.namespace, ARMS.name)]
+        self.written_at_generation.append(route["metadata"]["generation"])
+        self.routing = routing
+        return routing
+
+
+ARMS = HTTPRouteConfig(accept_timeout_s=2, backends="gateways", cohorts=("high_value", "long_tail", "core"))
+
+
+def test_with_arm_gateways_the_versions_are_written_before_the_route_moves_and_their_trips_are_read():
+    from dataclasses import replace
+
+    with FakeKubeApi() as api:
+        api.create(route_manifest(ARMS, Routing(stable_version=1)))
+        arms = ArmsDocument(api)
+        configuration = k8s.Configuration()
+        configuration.host = api.url
+        router = HTTPRouteTrafficRouter(
+            ARMS, KubernetesRouteApi(k8s.ApiClient(configuration)), lambda versions: None, arms=arms, arms_refresh_s=0
+        )
+        assert router.observed_by == {"decision_log", "prometheus"}  # a stage may open: the arms see every call
+        before = api.objects[(ARMS.namespace, ARMS.name)]["metadata"]["generation"]
+        router.apply(Routing(1, 2, {"high_value": 5}), reason="stage 1")
+        after = api.objects[(ARMS.namespace, ARMS.name)]["metadata"]["generation"]
+        assert arms.written_at_generation == [before] and after == before + 1  # the document first, then the route
+        assert arms.routing.candidate_version == 2
+        arms.routing = replace(arms.routing, tripped={2: "fast guard: 5 of 5 candidate calls failed"})
+        assert router.current().tripped == {2: "fast guard: 5 of 5 candidate calls failed"}  # the analysis sees it
+    with pytest.raises(StepError, match="backends 'gateways' and the arm gateways' routing disagree"):
+        HTTPRouteTrafficRouter(ARMS, None, lambda versions: None)  # type: ignore[arg-type]

@@ -11,8 +11,10 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,7 @@ from mlrelease_drills.devkit import (
     SHIFTED_HIGH_VALUE,
     SLOW,
 )
-from tests.conftest import WINDOW_END
+from tests.conftest import REPO, WINDOW_END
 from tests.integration.prometheus_server import prometheus_server
 from tests.integration.serving_world import MLRELEASE, World, gateway_process, serving_world
 from tests.small_world_plan import GOOD_PLAN, PLAN
@@ -55,6 +57,7 @@ pytestmark = pytest.mark.integration
 AS_OF = parse_timestamp(WINDOW_END, name="end")
 RATE = 200.0
 WARM_UP_S = 3.0  # traffic before a stage opens: the gateway and both versions warm
+ARMS = ("stable", "candidate")  # Gateway API mode: one gateway per arm behind the HTTPRoute
 
 
 @pytest.fixture(scope="module")
@@ -289,6 +292,145 @@ def test_every_verdict_read_from_a_real_prometheus_rolls_back_a_slow_candidate_a
             assert report.errors == 0, report.summary()
         finally:
             fresh.settings = default
+
+
+@contextmanager
+def gateway_api_mode(world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any]]:
+    """Gateway API mode with arm gateways: an HTTPRoute (held by the Kubernetes API stand-in, which plays the
+    controller) routes each user by the cohort and canary-bucket headers to the stable or the candidate gateways
+    (two real gateway processes, `routing.arm: stable` / `candidate`, reading the routing document the rollout
+    writes), through a data-plane stand-in that routes by the route as it stands; Prometheus scrapes both arms. The
+    steps run with MLRELEASE_TRAFFIC_ROUTER=httproute and every verdict from Prometheus. Yields the data plane's URL
+    and the API stand-in."""
+    from mlrelease.rollout.httproute import HTTPRouteConfig, load_httproute_config, route_manifest
+    from mlrelease.rollout.traffic_router import Routing
+    from mlrelease_drills.devkit import free_port
+    from tests.kube_api_server import FakeKubeApi
+
+    state_url = f"file://{world.home / 'gw' / 'routing.json'}"  # the document the steps write (the world's config)
+    arms = {arm: world.config_file(f"gw-{arm}", routing={"state_url": state_url, "arm": arm}) for arm in ARMS}
+    route_file = tmp_path / "httproute.yaml"
+    route_file.write_text(
+        yaml.safe_dump(
+            {
+                "model": MODEL_NAME,
+                "backends": "gateways",
+                "cohorts": list(load_config().cohorts.names),
+                "triton_url": world.triton_url,
+                "accept_timeout_s": 5,
+            }
+        ),
+        encoding="utf-8",
+    )
+    config: HTTPRouteConfig = load_httproute_config(route_file)
+    with ExitStack() as stack, FakeKubeApi() as kube:
+        kube.create(route_manifest(config, Routing(stable_version=GOOD)))
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "stand-in", "cluster": {"server": kube.url}}],
+                    "users": [{"name": "step", "user": {"token": "stand-in"}}],
+                    "contexts": [{"name": "stand-in", "context": {"cluster": "stand-in", "user": "step"}}],
+                    "current-context": "stand-in",
+                }
+            ),
+            encoding="utf-8",
+        )
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        urls = {arm: stack.enter_context(gateway_process(path)) for arm, path in arms.items()}
+        port = free_port()
+        services = [f"--service={getattr(config, f'{arm}_service')}={url}" for arm, url in urls.items()]
+        plane = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.httproute_dataplane",
+                f"--kube={kube.url}",
+                f"--namespace={config.namespace}",
+                f"--name={config.name}",
+                f"--port={port}",
+                *services,
+            ],
+            cwd=REPO,
+        )
+        stack.callback(plane.wait, 20)
+        stack.callback(plane.terminate)
+        prometheus = stack.enter_context(
+            prometheus_server(tmp_path / "prometheus", [u.removeprefix("http://") for u in urls.values()])
+        )
+        default = world.settings
+        world.settings = replace(
+            default,
+            traffic_router="httproute",
+            httproute_config=route_file,
+            metrics_source="prometheus",
+            prometheus_url=prometheus.url,
+        )
+        stack.callback(setattr, world, "settings", default)
+        plane_url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:  # up once it answers (a 404: no rule matches /healthz)
+            try:
+                requests.get(f"{plane_url}/healthz", timeout=1)
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline and plane.poll() is None, "the data plane did not start"
+                time.sleep(0.2)
+        yield plane_url, kube
+
+
+def test_a_staged_rollout_in_gateway_api_mode_rolls_a_slow_candidate_back_and_promotes_a_good_one(
+    fresh, bodies, tmp_path, monkeypatch
+):
+    """MLRELEASE_TRAFFIC_ROUTER=httproute with `backends: gateways`: every stage moves the HTTPRoute (the stand-in's
+    controller accepts each generation before the stage counts as open), users reach the arm gateways by their cohort
+    and bucket headers, and every verdict is read from Prometheus scraping the two arms. A slow candidate is rolled
+    back at stage 1; a healthy one passes all three stages and is promoted; no client request fails."""
+    from mlrelease.gateway.traffic import route_headers
+    from mlrelease.rollout.httproute import ANNOTATION_ROUTING
+
+    pool = traffic.order_pool(fresh.settings.offline_dir, AS_OF, load_config().cohorts)
+    headers = route_headers(pool, bodies, "x-mlrelease-cohort", "x-mlrelease-bucket", load_config().cohorts.bucket_key)
+    path = f"/v1/models/{MODEL_NAME}/predict"
+    with gateway_api_mode(fresh, tmp_path, monkeypatch) as (plane, kube):
+
+        def during(run):
+            with devkit.background_traffic(plane, bodies, fresh.api_key, RATE, path, headers) as report:
+                time.sleep(WARM_UP_S)
+                try:
+                    outcome = run()
+                except Exception as exc:  # noqa: BLE001 - the scenario asserts on it
+                    outcome = exc
+                time.sleep(0.5)
+            return outcome, report
+
+        slow = Release(fresh, SLOW)
+        outcome, report = during(lambda: slow.wait_and_analyze(1))
+        assert isinstance(outcome, GateFailed) and "* latency: shift +" in str(outcome), outcome
+        assert slow.record().phase is Phase.ROLLED_BACK and report.errors == 0, report.summary()
+        assert any(f"/v{SLOW}/model" in served for served in report.served), report.served  # the route sent users
+        route = kube.objects[("mlrelease", "parcel-eta")]
+        assert json.loads(route["metadata"]["annotations"][ANNOTATION_ROUTING])["candidate_version"] is None
+        assert {r["backendRefs"][0]["name"] for r in route["spec"]["rules"]} == {"mlrelease-gateway-stable"}
+        _start_fresh(fresh)
+        good = Release(fresh, HEALTHY_CANDIDATE, plan="good-plan.yaml")
+        results, report = during(good.all_stages)
+        assert [r["action"] for r in results] == ["advance", "advance", "promote"], results
+        assert all(v == "pass" for r in results for v in r["verdicts"].values()), results
+        assert steps.promote(fresh.settings, HEALTHY_CANDIDATE, good.key)["status"] == "promoted"
+        assert report.errors == 0, report.summary()
+        patches = [r for r in kube.requests if r["method"] == "PATCH"]
+        assert len(patches) >= 5  # slow: stage 1, rollback; good: three stages, promotion
+        # Promoted: the new champion is stable (the stable gateways serve it, told first), and the route sends everyone
+        # to them; the candidate gateways get nobody until the next rollout.
+        route = kube.objects[("mlrelease", "parcel-eta")]
+        assert json.loads(route["metadata"]["annotations"][ANNOTATION_ROUTING])["stable_version"] == HEALTHY_CANDIDATE
+        assert {r["backendRefs"][0]["name"] for r in route["spec"]["rules"]} == {"mlrelease-gateway-stable"}
+        assert _routing(fresh)["stable_version"] == HEALTHY_CANDIDATE
+        assert steps.status(fresh.settings)["routing_store"] == "httproute://mlrelease/parcel-eta"
 
 
 def test_erroring_candidate_is_rolled_back_at_the_first_stage(fresh, gateway, bodies):

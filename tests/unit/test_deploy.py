@@ -815,6 +815,64 @@ def test_httproute_mode_renders_a_valid_route_apart_and_the_router_config_the_st
     assert {"name": "MLRELEASE_HTTPROUTE_CONFIG", "value": f"{mount}/httproute.yaml"} in main["env"]
 
 
+def test_a_route_to_arm_gateways_renders_one_gateway_per_arm_and_routes_users_to_them(
+    step_pod: dict[str, Any],
+) -> None:
+    """routing.httpRoute.backends gateways: a stable and a candidate gateway Deployment (each its own arm in its own
+    config, selected apart, scraped by the same PodMonitor), the route's backends their Services, and the data plane
+    allowed to the gateways' port instead of Triton's."""
+    from mlrelease.deploy.httproute import initial_route
+    from mlrelease.rollout.httproute import HTTPRouteConfig, routing_from_route
+    from mlrelease.rollout.traffic_router import Routing
+    from tests.gateway_api_schema import validate_gateway_api
+
+    raw = httproute_raw()
+    raw["routing"]["httpRoute"]["backends"] = "gateways"
+    values, objects = render(raw)
+    for obj in objects:
+        strict_validate(obj, K8S_VERSION)
+    name = values.gateway.name
+    assert not [d for d in of_kind(objects, "Deployment") if d["metadata"]["name"] == name]  # no splitting gateway
+    for arm in ("stable", "candidate"):
+        deployment = named(objects, "Deployment", f"{name}-{arm}")
+        select = deployment["spec"]["selector"]["matchLabels"]
+        assert select["mlrelease.io/arm"] == arm and selects(
+            {"matchLabels": select}, labels_of(objects, f"{name}-{arm}")
+        )
+        assert named(objects, "Service", f"{name}-{arm}")["spec"]["selector"] == select
+        mounted = pod_spec(objects, f"{name}-{arm}")["volumes"][0]["configMap"]["name"]
+        config = GatewayConfig.model_validate(safe_load(named(objects, "ConfigMap", mounted)["data"]["gateway.yaml"]))
+        assert config.routing.arm == arm
+        assert (
+            named(objects, "HorizontalPodAutoscaler", f"{name}-{arm}")["spec"]["scaleTargetRef"]["name"]
+            == deployment["metadata"]["name"]
+        )
+    # The steps' config (and the router's) stays in the gateway ConfigMap they mount; the route goes to the arms.
+    router = HTTPRouteConfig.model_validate(
+        safe_load(named(objects, "ConfigMap", values.gateway.configMap)["data"]["httproute.yaml"])
+    )
+    assert (router.backends, router.stable_service, router.candidate_service) == (
+        "gateways",
+        f"{name}-stable",
+        f"{name}-candidate",
+    )
+    route = initial_route(values, cluster_gateway_config(values, VALUES.parent))
+    assert validate_gateway_api([route]) == [None] and routing_from_route(router, route) == Routing(stable_version=1)
+    assert {r["backendRefs"][0]["name"] for r in route["spec"]["rules"]} == {f"{name}-stable"}
+    policies = of_kind(objects, "NetworkPolicy")
+    triton = labels_of(objects, values.triton.name)
+    for arm in ("stable", "candidate"):
+        gw = labels_of(objects, f"{name}-{arm}")
+        assert allowed(policies, "Ingress", gw, (PLANE_NS, PLANE_LABELS), values.gateway.port)
+    assert not allowed(policies, "Ingress", triton, (PLANE_NS, PLANE_LABELS), values.triton.ports.http)
+    from mlrelease.deploy.monitoring import pod_monitor
+
+    monitor = pod_monitor(values, name, "http", "mlrelease-gateway")  # the gateway's, as monitoring renders it
+    assert all(
+        selects(monitor["spec"]["selector"], labels_of(objects, f"{name}-{arm}")) for arm in ("stable", "candidate")
+    )
+
+
 def test_gateway_mode_has_no_route_and_no_router_config(shipped: tuple[DeployValues, list[dict[str, Any]]]) -> None:
     values, objects = shipped
     assert not of_kind(objects, "HTTPRoute")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -23,6 +24,8 @@ from mlrelease.deploy.values import DeployValues
 from mlrelease.gateway.config import GatewayConfig
 
 COMPONENT = "gateway"
+ARMS = ("stable", "candidate")
+ARM_LABEL = "mlrelease.io/arm"  # behind an HTTPRoute that assigns users: which arm a gateway pod serves
 
 
 def config_text(config: GatewayConfig) -> str:
@@ -31,14 +34,51 @@ def config_text(config: GatewayConfig) -> str:
     return header + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
 
 
+@dataclass(frozen=True)
+class Workload:
+    """One set of gateway pods: its objects' name, its pods' selector labels, its ConfigMap and config."""
+
+    name: str
+    select: dict[str, str]
+    config_map: str
+    config: GatewayConfig
+
+
+def workloads(values: DeployValues, config: GatewayConfig) -> list[Workload]:
+    """The gateway pods: one Deployment that splits users itself, or, behind an HTTPRoute that assigns them
+    (`routing.httpRoute.backends: gateways`), one per arm (stable, candidate), each judging its requests in its arm."""
+    gw = values.gateway
+    if values.routing.mode != "httproute" or values.routing.httpRoute.backends != "gateways":
+        return [Workload(gw.name, selector(gw.name), gw.configMap, config)]
+    return [
+        Workload(
+            f"{gw.name}-{arm}",
+            {**selector(gw.name), ARM_LABEL: arm},
+            f"{gw.configMap}-{arm}",
+            config.model_copy(update={"routing": config.routing.model_copy(update={"arm": arm})}),
+        )
+        for arm in ARMS
+    ]
+
+
 def config_map(values: DeployValues, config: GatewayConfig) -> dict[str, Any]:
-    """The ConfigMap holding the gateway config."""
+    """The ConfigMap holding the gateway config (the steps mount it too: in httproute mode it carries the router's)."""
     gw = values.gateway
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(gw.configMap, values.namespace, COMPONENT, gw.name),
         "data": {CONFIG_KEY: config_text(config), **_router_data(values, config)},
+    }
+
+
+def arm_config_map(values: DeployValues, workload: Workload) -> dict[str, Any]:
+    """An arm's own gateway config (its `routing.arm`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(workload.config_map, values.namespace, COMPONENT, values.gateway.name),
+        "data": {CONFIG_KEY: config_text(workload.config)},
     }
 
 
@@ -85,18 +125,18 @@ def _container(values: DeployValues, config: GatewayConfig) -> dict[str, Any]:
     }
 
 
-def deployment(values: DeployValues, config: GatewayConfig) -> dict[str, Any]:
+def deployment(values: DeployValues, workload: Workload) -> dict[str, Any]:
     """The gateway Deployment: non-root, read-only root, no capabilities, spread over nodes."""
-    gw = values.gateway
+    gw, config = values.gateway, workload.config
     # A config change must roll the pods: the gateway reads its config only at start-up.
     digest = hashlib.sha256(config_text(config).encode()).hexdigest()
     spec: dict[str, Any] = {
         "revisionHistoryLimit": 5,
-        "selector": {"matchLabels": selector(gw.name)},
+        "selector": {"matchLabels": workload.select},
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
         "template": {
             "metadata": {
-                "labels": labels(gw.name, COMPONENT),
+                "labels": {**labels(gw.name, COMPONENT), **workload.select},
                 "annotations": {"mlrelease.io/gateway-config-sha256": digest},
             },
             "spec": {
@@ -109,12 +149,12 @@ def deployment(values: DeployValues, config: GatewayConfig) -> dict[str, Any]:
                         "maxSkew": 1,
                         "topologyKey": "kubernetes.io/hostname",
                         "whenUnsatisfiable": "ScheduleAnyway",
-                        "labelSelector": {"matchLabels": selector(gw.name)},
+                        "labelSelector": {"matchLabels": workload.select},
                     }
                 ],
                 "containers": [_container(values, config)],
                 "volumes": [
-                    {"name": "config", "configMap": {"name": gw.configMap}},
+                    {"name": "config", "configMap": {"name": workload.config_map}},
                     {"name": "keys", "secret": {"secretName": gw.keysSecret, "defaultMode": 0o440}},
                     {"name": "state", "persistentVolumeClaim": {"claimName": values.state.claimName}},
                     {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
@@ -127,27 +167,27 @@ def deployment(values: DeployValues, config: GatewayConfig) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(gw.name, values.namespace, COMPONENT, gw.name),
+        "metadata": metadata(workload.name, values.namespace, COMPONENT, gw.name),
         "spec": spec,
     }
 
 
-def service(values: DeployValues) -> dict[str, Any]:
-    """The gateway's ClusterIP Service (put an Ingress or Gateway in front of it)."""
+def service(values: DeployValues, workload: Workload) -> dict[str, Any]:
+    """The gateway's ClusterIP Service (put an Ingress or Gateway in front of it; per arm, the HTTPRoute's backend)."""
     gw = values.gateway
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata(gw.name, values.namespace, COMPONENT, gw.name),
+        "metadata": metadata(workload.name, values.namespace, COMPONENT, gw.name),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector(gw.name),
+            "selector": workload.select,
             "ports": [{"name": "http", "port": gw.port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
 
 
-def disruption_budget(values: DeployValues) -> list[dict[str, Any]]:
+def disruption_budget(values: DeployValues, workload: Workload) -> list[dict[str, Any]]:
     """The PodDisruptionBudget, when enabled."""
     gw = values.gateway
     if not gw.podDisruptionBudget.enabled:
@@ -156,10 +196,10 @@ def disruption_budget(values: DeployValues) -> list[dict[str, Any]]:
         {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
-            "metadata": metadata(gw.name, values.namespace, COMPONENT, gw.name),
+            "metadata": metadata(workload.name, values.namespace, COMPONENT, gw.name),
             "spec": {
                 "maxUnavailable": gw.podDisruptionBudget.maxUnavailable,
-                "selector": {"matchLabels": selector(gw.name)},
+                "selector": {"matchLabels": workload.select},
                 # A crash-looping pod must not block node drains.
                 "unhealthyPodEvictionPolicy": "AlwaysAllow",
             },
@@ -167,7 +207,7 @@ def disruption_budget(values: DeployValues) -> list[dict[str, Any]]:
     ]
 
 
-def autoscaler(values: DeployValues) -> list[dict[str, Any]]:
+def autoscaler(values: DeployValues, workload: Workload) -> list[dict[str, Any]]:
     """The HorizontalPodAutoscaler (autoscaling/v2, CPU utilisation), when enabled."""
     gw = values.gateway
     scaling = gw.autoscaling
@@ -177,9 +217,9 @@ def autoscaler(values: DeployValues) -> list[dict[str, Any]]:
         {
             "apiVersion": "autoscaling/v2",
             "kind": "HorizontalPodAutoscaler",
-            "metadata": metadata(gw.name, values.namespace, COMPONENT, gw.name),
+            "metadata": metadata(workload.name, values.namespace, COMPONENT, gw.name),
             "spec": {
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": gw.name},
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": workload.name},
                 "minReplicas": scaling.minReplicas,
                 "maxReplicas": scaling.maxReplicas,
                 "metrics": [
@@ -201,11 +241,15 @@ def autoscaler(values: DeployValues) -> list[dict[str, Any]]:
 
 
 def gateway(values: DeployValues, config: GatewayConfig) -> list[dict[str, Any]]:
-    """Every gateway object."""
-    return [
-        config_map(values, config),
-        deployment(values, config),
-        service(values),
-        *disruption_budget(values),
-        *autoscaler(values),
-    ]
+    """Every gateway object: the config the steps mount too, then each workload's (one, or one per arm)."""
+    objects = [config_map(values, config)]
+    for workload in workloads(values, config):
+        if workload.config_map != values.gateway.configMap:
+            objects.append(arm_config_map(values, workload))
+        objects += [
+            deployment(values, workload),
+            service(values, workload),
+            *disruption_budget(values, workload),
+            *autoscaler(values, workload),
+        ]
+    return objects

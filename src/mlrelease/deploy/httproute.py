@@ -34,6 +34,11 @@ def router_config(values: DeployValues, gateway_config: GatewayConfig) -> HTTPRo
         cohorts=gateway_config.cohorts.names,
         triton_url=triton_url(values),
         accept_timeout_s=route.acceptTimeoutSeconds,
+        backends=route.backends,
+        stable_service=f"{values.gateway.name}-stable",  # deploy/gateway.py's arm workloads
+        candidate_service=f"{values.gateway.name}-candidate",
+        gateway_port=values.gateway.port,
+        bucket_header=route.bucketHeader,
     )
 
 

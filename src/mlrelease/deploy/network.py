@@ -70,6 +70,8 @@ def gateway_policies(values: DeployValues) -> list[dict[str, Any]]:
         {"from": clients, "ports": tcp(gw.port)},
         {"from": peer_selectors(net.prometheus), "ports": tcp(gw.port)},  # /metrics is on the same port
     ]
+    if _route_to_gateways(values) and net.routeDataPlane is not None:  # the HTTPRoute's backends are the arm gateways
+        ingress.append({"from": peer_selectors(net.routeDataPlane), "ports": tcp(gw.port)})
     egress = [
         {"to": _pods(selector(values.triton.name)), "ports": tcp(values.triton.ports.http)},
         _to(net.redis),  # routing state
@@ -82,6 +84,10 @@ def gateway_policies(values: DeployValues) -> list[dict[str, Any]]:
         _policy(values, f"{gw.name}-ingress", pods, "Ingress", ingress),
         _policy(values, f"{gw.name}-egress", pods, "Egress", egress),
     ]
+
+
+def _route_to_gateways(values: DeployValues) -> bool:
+    return values.routing.mode == "httproute" and values.routing.httpRoute.backends == "gateways"
 
 
 def triton_policies(values: DeployValues) -> list[dict[str, Any]]:
@@ -97,7 +103,7 @@ def triton_policies(values: DeployValues) -> list[dict[str, Any]]:
         {"from": peer_selectors(values.network.prometheus), "ports": tcp(triton.ports.metrics)},
     ]
     data_plane = values.network.routeDataPlane
-    if values.routing.mode == "httproute" and data_plane is not None:  # the HTTPRoute's backend is Triton
+    if values.routing.mode == "httproute" and not _route_to_gateways(values) and data_plane is not None:  # to Triton
         ingress.append({"from": peer_selectors(data_plane), "ports": tcp(triton.ports.http)})
     return [_policy(values, f"{triton.name}-ingress", selector(triton.name), "Ingress", ingress)]
 

@@ -226,6 +226,12 @@ class HttpRoute(Model):
     namespace: Name | None = Field(None, description="None: the release namespace")
     parentGateway: ParentGateway = ParentGateway()
     cohortHeader: HeaderName = "x-mlrelease-cohort"
+    backends: Literal["triton", "gateways"] = Field(
+        "triton",
+        description="triton: weighted backends straight to Triton (no stage can open: nothing observes them); "
+        "gateways: the route assigns users by bucketHeader to one gateway Deployment per arm (observed, guarded)",
+    )
+    bucketHeader: HeaderName = "x-mlrelease-bucket"
     hostnames: tuple[str, ...] = ()
     initialStableVersion: int = Field(1, ge=1, description="the version the route serves when first created")
     acceptTimeoutSeconds: float = Field(60, ge=0, description="wait this long for the controller to accept a change")
@@ -440,8 +446,8 @@ class DeployValues(Model):
             )
         if self.routing.mode == "httproute" and self.network.routeDataPlane is None:
             raise ValueError(
-                "routing.mode httproute: the Gateway API data plane sends traffic to Triton, so "
-                "network.routeDataPlane must name its pods"
+                "routing.mode httproute: the Gateway API data plane sends traffic to Triton (or to the arm gateways), "
+                "so network.routeDataPlane must name its pods"
             )
         for name, workload in (("gateway", self.gateway.name), ("triton", self.triton.name)):
             if workload == STEP_POD_NAME:

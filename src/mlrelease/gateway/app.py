@@ -119,6 +119,7 @@ def create_app(config: GatewayConfig, settings: Settings) -> FastAPI:
             metrics.for_model(name),
             config.routing.refresh_interval_s,
             name,
+            config.routing.arm,
         )
         for name in config.served_models
     }

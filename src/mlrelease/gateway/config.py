@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from mlrelease.cohort_rules import CohortConfig
 from mlrelease.errors import StepError
+from mlrelease.gateway.routing_state import Arm
 from mlrelease.release_spec import ReleaseSpec, process_spec, spec_named
 from mlrelease.settings import REPO_ROOT, Settings
 from mlrelease.yamlconfig import StrictModel, load_yaml_model
@@ -88,6 +89,12 @@ class RoutingConfig(StrictModel):
 
     state_url: str = Field("", description="file:///path.json or redis://host:port/db; empty: under MLRELEASE_HOME")
     refresh_interval_s: float = Field(0.2, gt=0, le=1.0)
+    arm: Arm = Field(
+        "split",
+        description="split: this gateway assigns each user to stable or candidate (its canary bucket); stable or "
+        "candidate: a Gateway API data plane in front assigned them (HTTPRoute backends: gateways), and every request "
+        "this replica gets is of that arm",
+    )
 
 
 class RateLimit(StrictModel):

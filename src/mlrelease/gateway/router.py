@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from mlrelease.errors import StepError
 from mlrelease.gateway.metrics import ModelMetrics
-from mlrelease.gateway.routing_state import GuardTrip, Role, RoutingState, choose
+from mlrelease.gateway.routing_state import Arm, GuardTrip, Role, RoutingState, armed_version, choose
 from mlrelease.gateway.routing_store import RoutingStateCorrupt, RoutingStore
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,11 @@ class Router:
     :param model: the served model this router is for (a document for another model is refused).
     """
 
-    def __init__(self, store: RoutingStore, metrics: ModelMetrics, refresh_interval_s: float, model: str) -> None:
+    def __init__(
+        self, store: RoutingStore, metrics: ModelMetrics, refresh_interval_s: float, model: str, arm: Arm = "split"
+    ) -> None:
         self.store = store
+        self.arm = arm
         self.model = model
         self.metrics = metrics
         self.refresh_interval_s = refresh_interval_s
@@ -60,9 +63,22 @@ class Router:
 
     def route(self, cohort: str, bucket: int) -> tuple[int, Role] | None:
         """The version and role for a request, or None while no routing state was ever read."""
-        if self.state is None:
+        state = self.state
+        if state is None:
             return None
-        return choose(self.state, cohort, bucket, self.locally_tripped)
+        if self.arm == "split":
+            return choose(state, cohort, bucket, self.locally_tripped)
+        # A data plane in front assigned the request to this replica's arm: serve it (a tripped candidate's
+        # requests go to stable, as in the split).
+        candidate = state.candidate_version
+        tripped = candidate in self.locally_tripped or (candidate is not None and state.is_tripped(candidate))
+        if self.arm == "candidate" and candidate is not None and not tripped:
+            return candidate, "candidate"
+        return state.stable_version, "stable"
+
+    def assigned(self, state: RoutingState, cohort: str, bucket: int) -> int:
+        """The arm a request is judged in: its user's assignment, whoever answers it (see rollout/windows.py)."""
+        return armed_version(state, self.arm, cohort, bucket)
 
     async def refresh(self) -> None:
         """Read the store once; adopt a newer document, or keep the last good state and record why not."""

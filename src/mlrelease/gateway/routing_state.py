@@ -89,6 +89,19 @@ def assigned_version(state: RoutingState, cohort: str, bucket: int) -> int:
     return state.stable_version
 
 
+Arm = Literal["split", "stable", "candidate"]
+
+
+def armed_version(state: RoutingState, arm: Arm, cohort: str, bucket: int) -> int:
+    """The version a request is assigned to: this replica's arm when a data plane in front assigned it (Gateway API
+    mode: the HTTPRoute sends each user's requests to the stable or the candidate gateways), else the split's."""
+    if arm == "split":
+        return assigned_version(state, cohort, bucket)
+    if arm == "candidate" and state.candidate_version is not None:
+        return state.candidate_version
+    return state.stable_version
+
+
 def choose(state: RoutingState, cohort: str, bucket: int, locally_tripped: frozenset[int]) -> tuple[int, Role]:
     """The version that serves a request of `cohort` whose canary bucket is `bucket`, and its role."""
     candidate = state.candidate_version

@@ -20,7 +20,6 @@ from mlrelease.gateway.metrics import ModelMetrics
 from mlrelease.gateway.model_client import ModelAnswer, ModelFailure, TritonModelClient
 from mlrelease.gateway.online_features import BatchingLookup, FeatureStoreUnavailable
 from mlrelease.gateway.router import REPLICA, Router
-from mlrelease.gateway.routing_state import assigned_version
 from mlrelease.gateway.run_pool import RunPool, RunReporter
 from mlrelease.gateway.split_guard import SplitGuard
 from mlrelease.model.feature_codec import FeatureCodec
@@ -138,7 +137,7 @@ class PredictService:
         version, role = route
         # The arm the request is judged in is its user's assignment, whoever answers it (see rollout/windows.py).
         call = _Call(
-            cohort, assigned_version(state, cohort, canary_bucket), zlib.crc32(str(user).encode()), canary_bucket
+            cohort, self.router.assigned(state, cohort, canary_bucket), zlib.crc32(str(user).encode()), canary_bucket
         )
         row = self._encode_row(features)
         answer: ModelAnswer | None = None

@@ -113,6 +113,20 @@ def build_requests(
     return bodies
 
 
+def route_headers(
+    pool: pd.DataFrame, bodies: list[dict[str, Any]], cohort_header: str, bucket_header: str, bucket_key: str
+) -> list[dict[str, str]]:
+    """What an upstream sets for a Gateway API route that assigns users (HTTPRoute `backends: gateways`): each
+    request's cohort and its user's canary bucket, four digits, computed as the gateway computes them."""
+    from mlrelease.gateway.cohorts import bucket
+
+    cohort_of = dict(zip(pool["order_id"].astype(int), pool["cohort"], strict=True))
+    return [
+        {cohort_header: str(cohort_of[body["order_id"]]), bucket_header: f"{bucket(body[bucket_key]):04d}"}
+        for body in bodies
+    ]
+
+
 def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
@@ -159,9 +173,11 @@ async def send(
     stop: threading.Event | None = None,
     max_requests: int = MAX_REQUESTS,
     path: str = "/v1/predict",
+    headers_per_body: list[dict[str, str]] | None = None,
 ) -> TrafficReport:
     """POST bodies (cycled) to {url}{path} (a model's predict path; the default model's by default) for `duration_s`
-    (or until `stop` is set, or `max_requests` were sent): `rate` per second, or closed loop when rate is 0."""
+    (or until `stop` is set, or `max_requests` were sent): `rate` per second, or closed loop when rate is 0.
+    `headers_per_body`: each body's own headers (e.g. `route_headers`), beside the API key."""
     import aiohttp
 
     if not bodies:
@@ -175,10 +191,10 @@ async def send(
         base_url=url.rstrip("/"), headers=headers, timeout=timeout, connector=aiohttp.TCPConnector(limit=concurrency)
     ) as session:
 
-        async def one(body: dict[str, Any]) -> None:
+        async def one(body: dict[str, Any], own: dict[str, str] | None) -> None:
             started = time.perf_counter()
             try:
-                async with session.post(path, json=body, allow_redirects=False) as response:
+                async with session.post(path, json=body, allow_redirects=False, headers=own) as response:
                     report.statuses[str(response.status)] += 1
                     if response.status == 200:
                         payload = await response.json(content_type=None)
@@ -202,7 +218,8 @@ async def send(
             if stop is not None and stop.is_set():
                 break
             await gate.acquire()  # bounded: a slow gateway slows the sender (reported as the achieved rate)
-            tasks.append(asyncio.create_task(one(bodies[i % len(bodies)])))
+            own = headers_per_body[i % len(bodies)] if headers_per_body else None
+            tasks.append(asyncio.create_task(one(bodies[i % len(bodies)], own)))
             report.sent += 1
         await asyncio.gather(*tasks)
         report.duration_s = loop.time() - start

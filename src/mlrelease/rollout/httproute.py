@@ -4,13 +4,21 @@ Pure functions only (no cluster access): `route_rules` turns a `Routing` into HT
 `routing_from_route` reads the routing back and refuses a route whose rules were changed by hand.
 
 How the route routes (for clients that send the cohort in a header, e.g. an order service that knows
-the customer's tier):
+the customer's tier), with `backends: triton`:
 - one rule per cohort: `PathPrefix /v2/models/<model>` and `<cohort_header>: <cohort>` exactly;
 - one default rule, the path alone, for every other request (the "*" share);
 - each rule has two backendRefs to the Triton Service, stable and candidate, weighted by the candidate's
   share; a `URLRewrite` filter per backend pins the model version
   (`/v2/models/m/infer` → `/v2/models/m/versions/<v>/infer`).
 Gateway API gives header matches precedence over a path-only rule, so a cohort rule always wins.
+
+With `backends: gateways` the route assigns *users*, not requests, and mlrelease gateways behind it observe every
+call: clients also send the user's canary bucket (`<bucket_header>`: the user id's bucket in [0, 10000), four
+digits, as `mlrelease.gateway.cohorts.bucket` computes it), and per cohort (and for the rest) one rule sends the
+buckets below the candidate's share (a `RegularExpression` match on the bucket header) to the candidate gateways'
+Service and one sends the others to the stable gateways' Service (gateway `routing.arm: candidate` / `stable`).
+A user stays on one arm for the whole stage, and both arms' gateways export the per-arm series the Prometheus source
+judges (and write the decision log). A rule with two header matches wins over one with one, and that over the path.
 """
 
 from __future__ import annotations
@@ -18,11 +26,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from mlrelease.errors import StepError
+from mlrelease.gateway.cohorts import BUCKETS
 from mlrelease.gateway.routing_state import ALL_COHORTS
 from mlrelease.release_spec import process_spec
 from mlrelease.rollout.traffic_router import Routing
@@ -70,8 +79,13 @@ class HTTPRouteConfig(StrictModel):
     cohorts: tuple[str, ...] = ("high_value", "long_tail")
     triton_url: str = "http://triton.mlrelease.svc:8000"
     accept_timeout_s: float = Field(60.0, ge=0)
+    backends: Literal["triton", "gateways"] = "triton"
+    stable_service: str = "mlrelease-gateway-stable"
+    candidate_service: str = "mlrelease-gateway-candidate"
+    gateway_port: int = Field(8080, ge=1, le=65535)
+    bucket_header: str = "x-mlrelease-bucket"
 
-    @field_validator("name", "backend_service", "parent_gateway")
+    @field_validator("name", "backend_service", "parent_gateway", "stable_service", "candidate_service")
     @classmethod
     def _subdomain(cls, value: str) -> str:
         if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
@@ -85,7 +99,7 @@ class HTTPRouteConfig(StrictModel):
             raise ValueError(f"{value!r} is not a DNS-1123 label (a namespace name)")
         return value
 
-    @field_validator("cohort_header")
+    @field_validator("cohort_header", "bucket_header")
     @classmethod
     def _header(cls, value: str) -> str:
         if not _HEADER_NAME.match(value):
@@ -102,10 +116,19 @@ class HTTPRouteConfig(StrictModel):
             raise ValueError(f"at most 15 cohorts fit in one HTTPRoute, got {len(value)}")
         return value
 
+    @model_validator(mode="after")
+    def _rules_fit(self) -> HTTPRouteConfig:
+        # Gateway API allows at most 16 rules: with gateways, two per cohort and two for the rest.
+        if self.backends == "gateways" and 2 * (len(self.cohorts) + 1) > 16:
+            raise ValueError(f"with backends: gateways at most 7 cohorts fit in one HTTPRoute, got {len(self.cohorts)}")
+        if self.backends == "gateways" and self.stable_service == self.candidate_service:
+            raise ValueError("stable_service and candidate_service must differ (one Service per arm)")
+        return self
+
     @property
     def path_prefix(self) -> str:
-        """The KServe v2 path prefix of the model: `/v2/models/<model>`."""
-        return f"/v2/models/{self.model}"
+        """The model's path prefix: `/v2/models/<model>` on Triton, `/v1/models/<model>` on the mlrelease gateways."""
+        return f"/v1/models/{self.model}" if self.backends == "gateways" else f"/v2/models/{self.model}"
 
 
 def load_httproute_config(path: Path | None = None) -> HTTPRouteConfig:
@@ -158,11 +181,60 @@ def _percent_for(routing: Routing, cohort: str) -> float:
     return shares.get(cohort, shares.get(ALL_COHORTS, 0.0))
 
 
+def buckets_below(limit: int) -> str:
+    """An RE2 pattern matching the four-digit buckets (`0000`…`9999`) below `limit`, e.g. 700 → `^0[0-6][0-9]{2}$`."""
+    if not 0 < limit <= BUCKETS:
+        raise ValueError(f"a bucket limit is in (0, {BUCKETS}], got {limit}")
+    if limit == BUCKETS:
+        return "^[0-9]{4}$"
+    digits = f"{limit:04d}"
+    # Below `digits`: the same first i digits, then a smaller digit, then anything.
+    branches = [
+        f"{digits[:i]}{_below(int(digits[i]))}" + (f"[0-9]{{{3 - i}}}" if i < 3 else "")
+        for i in range(4)
+        if digits[i] != "0"
+    ]
+    return "^(" + "|".join(branches) + ")$" if len(branches) > 1 else f"^{branches[0]}$"
+
+
+def _below(digit: int) -> str:
+    return "0" if digit == 1 else f"[0-{digit - 1}]"
+
+
+def _service(name: str, port: int) -> dict[str, Any]:
+    return {"group": "", "kind": "Service", "name": name, "port": port, "weight": 1}
+
+
+def _gateway_rules(config: HTTPRouteConfig, routing: Routing, path: Any) -> list[dict[str, Any]]:
+    """Per cohort (then the rest): its candidate buckets to the candidate gateways, the others to the stable ones."""
+    stable = [_service(config.stable_service, config.gateway_port)]
+    candidate = [_service(config.candidate_service, config.gateway_port)]
+    rules = []
+    for cohort in (*config.cohorts, ALL_COHORTS):
+        cohort_match = (
+            [] if cohort == ALL_COHORTS else [{"type": "Exact", "name": config.cohort_header, "value": cohort}]
+        )
+        limit = round(_percent_for(routing, cohort) * BUCKETS / 100)  # as the gateway's own split: 7 % is 700
+        if routing.candidate_version is not None and limit > 0:
+            bucket = {"type": "RegularExpression", "name": config.bucket_header, "value": buckets_below(limit)}
+            rules.append({"matches": [{"path": path(), "headers": [*cohort_match, bucket]}], "backendRefs": candidate})
+        rules.append(
+            {
+                "matches": [{"path": path(), **({"headers": cohort_match} if cohort_match else {})}],
+                "backendRefs": stable,
+            }
+        )
+    return rules
+
+
 def route_rules(config: HTTPRouteConfig, routing: Routing) -> list[dict[str, Any]]:
     """The HTTPRoute rules that send each cohort's requests to stable and candidate in the routing's shares."""
 
     def path() -> dict[str, str]:  # a fresh dict per rule: shared ones would dump as YAML anchors
         return {"type": "PathPrefix", "value": config.path_prefix}
+
+    if config.backends == "gateways":
+        return _gateway_rules(config, routing, path)
 
     rules = [
         {

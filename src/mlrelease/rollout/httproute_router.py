@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from mlrelease.errors import StepError
@@ -18,7 +19,7 @@ from mlrelease.rollout.httproute import (
     routing_from_route,
 )
 from mlrelease.rollout.httproute_api import KubernetesRouteApi, RouteApi, RouteConflict
-from mlrelease.rollout.traffic_router import Routing
+from mlrelease.rollout.traffic_router import Routing, TrafficRouter
 from mlrelease.serving.triton_client import require_ready
 
 ReadyCheck = Callable[[list[int]], None]
@@ -27,31 +28,49 @@ ReadyCheck = Callable[[list[int]], None]
 class HTTPRouteTrafficRouter:
     """Applies routing as one merge patch of one HTTPRoute, conditional on the resourceVersion it read.
 
-    Traffic on this path bypasses the mlrelease gateway: there is no fast guard (`tripped` is always
-    empty, `clear_trips` has nothing to clear), and the gateway's decision log does not see it, so
-    `observed_by` is empty and a rollout refuses to open a stage until a metrics source that sees the
-    route's traffic is configured (rollbacks and manual routing work regardless).
+    With `backends: triton` traffic on this path bypasses the mlrelease gateway: there is no fast guard
+    (`tripped` is always empty, `clear_trips` has nothing to clear), and the gateway's decision log does not see
+    it, so `observed_by` is empty and a rollout refuses to open a stage (rollbacks and manual routing work).
+    With `backends: gateways` the route assigns users to the stable or the candidate gateways (`arms`, the
+    gateways' routing document, says which version each arm serves): every call is observed there, the fast guard
+    trips as in gateway mode, and a change writes the versions first, then moves the route.
 
     :param config: which route, which backend, which cohorts.
     :param api: the Kubernetes calls (get, patch).
     :param ready_check: refuses (StepError) unless every listed version is ready on Triton.
     :param poll_s: how often to look for the controller's verdict on a change.
+    :param arms: with `backends: gateways`, the routing document the arm gateways read.
+    :param arms_refresh_s: how often those gateways read it (a new candidate is known to them before traffic moves).
     """
 
-    def __init__(self, config: HTTPRouteConfig, api: RouteApi, ready_check: ReadyCheck, *, poll_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        config: HTTPRouteConfig,
+        api: RouteApi,
+        ready_check: ReadyCheck,
+        *,
+        poll_s: float = 0.5,
+        arms: TrafficRouter | None = None,
+        arms_refresh_s: float = 1.0,
+    ) -> None:
         self.config, self.api, self.ready_check, self.poll_s = config, api, ready_check, poll_s
+        self.arms, self.arms_refresh_s = arms, arms_refresh_s
+        if (arms is None) != (config.backends == "triton"):
+            raise StepError(f"HTTPRoute backends {config.backends!r} and the arm gateways' routing disagree")
         self.location = f"httproute://{config.namespace}/{config.name}"
-        self.observed_by: frozenset[str] = frozenset()
+        self.observed_by: frozenset[str] = arms.observed_by if arms is not None else frozenset()
 
     @classmethod
-    def from_config(cls, config: HTTPRouteConfig | None = None) -> HTTPRouteTrafficRouter:
+    def from_config(
+        cls, config: HTTPRouteConfig | None = None, arms: TrafficRouter | None = None
+    ) -> HTTPRouteTrafficRouter:
         """The route of `config` (default: config/httproute.yaml) over the cluster's API."""
         config = config or load_httproute_config()
 
         def ready(versions: list[int]) -> None:
             require_ready(config.triton_url, config.model, versions)
 
-        return cls(config, KubernetesRouteApi(), ready)
+        return cls(config, KubernetesRouteApi(), ready, arms=arms)
 
     def _read(self) -> dict[str, Any]:
         route = self.api.get(self.config.namespace, self.config.name)
@@ -63,17 +82,30 @@ class HTTPRouteTrafficRouter:
         return route
 
     def current(self) -> Routing | None:
-        """The routing the route carries (StepError when the route is missing, not ours, or hand-edited)."""
-        return routing_from_route(self.config, self._read())
+        """The routing the route carries (StepError when the route is missing, not ours, or hand-edited), with the
+        arm gateways' fast-guard trips."""
+        routing = routing_from_route(self.config, self._read())
+        trips = self.arms.current() if self.arms is not None else None
+        return replace(routing, tripped=dict(trips.tripped)) if trips is not None else routing
 
     def apply(self, routing: Routing, *, reason: str, clear_trips: bool = False) -> Routing:
-        """Check the route exists and is ours, the versions are ready; patch; wait for the controller."""
+        """Check the route exists and is ours, the versions are ready; patch; wait for the controller.
+
+        With arm gateways, their routing document first (which version each arm serves, the trips): a new candidate
+        is known to the candidate gateways before the route sends them anyone, and on a rollback they answer from
+        stable within a refresh, before the route has even moved.
+        """
         route = self._read()
         before = routing_from_route(self.config, route)
         serving = [routing.stable_version]
         if routing.candidate_version is not None and any(p > 0 for p in routing.candidate_percent.values()):
             serving.append(routing.candidate_version)
         self.ready_check(serving)
+        if self.arms is not None:
+            known = self.arms.current()
+            self.arms.apply(routing, reason=reason, clear_trips=clear_trips)
+            if known is None or known.candidate_version != routing.candidate_version:
+                time.sleep(2 * self.arms_refresh_s)  # every arm gateway read it
         new = Routing(
             stable_version=routing.stable_version,
             candidate_version=routing.candidate_version,

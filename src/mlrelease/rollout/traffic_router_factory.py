@@ -30,7 +30,16 @@ def open_traffic_router(settings: Settings, model: str) -> TrafficRouter:
         from mlrelease.rollout.httproute import load_httproute_config
         from mlrelease.rollout.httproute_router import HTTPRouteTrafficRouter
 
-        router = HTTPRouteTrafficRouter.from_config(load_httproute_config(settings.httproute_config))
+        config = load_httproute_config(settings.httproute_config)
+        arms = None
+        if config.backends == "gateways":  # the route assigns users to the arm gateways; their document says which
+            from mlrelease.gateway.config import step_gateway_config
+            from mlrelease.rollout.gateway_router import GatewayTrafficRouter
+
+            arms = GatewayTrafficRouter.from_settings(settings, model)
+        router = HTTPRouteTrafficRouter.from_config(config, arms)
+        if arms is not None:
+            router.arms_refresh_s = step_gateway_config(settings).routing.refresh_interval_s
         if router.config.model != model:
             raise StepError(f"HTTPRoute config serves model {router.config.model!r}, the rollout is of {model!r}")
         # A cohort without its own rule would silently follow the "*" share.
