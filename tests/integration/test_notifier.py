@@ -35,7 +35,13 @@ RESULTS = {  # what the promote/rollback steps return (XCom)
     "rolled_back": {"status": "rolled back", "model_version": 7, "stable_version": 6, "reason": "p99 2.3 > 2"},
     "promoted": {"status": "promoted", "model_version": 7, "previous_version": 6},
 }
-TASKS = {"task_failed": "validate_data", "rolled_back": "rollback", "promoted": "promote", "task_skipped": "analyze_2"}
+TASKS = {
+    "task_failed": "validate_data",
+    "rolled_back": "rollback",
+    "promoted": "promote",
+    "task_skipped": "analyze_2",
+    "approval_needed": "approve_2",
+}
 
 
 def _context(event: str = "task_failed"):
@@ -194,6 +200,8 @@ def test_slack_alert_for_each_event(event, receiver, alert_env, monkeypatch):
         "rolled_back": ":rewind: nightly_release_parcel_eta rolled back v7",
         "promoted": ":rocket: nightly_release_parcel_eta promoted v7",
         "task_skipped": ":pause_button: nightly_release_parcel_eta paused the rollout of the candidate for a human",
+        "approval_needed": ":raising_hand: nightly_release_parcel_eta asks a human about the candidate: promote, roll "
+        "back or extend (Required Actions)",
     }
     assert header == expected[event]
     (actions,) = _blocks(body, "actions")
@@ -373,6 +381,8 @@ def test_email_alert_for_each_event(event, smtp_server, alert_env, monkeypatch):
         "rolled_back": "nightly_release_parcel_eta rolled back v7",
         "promoted": "nightly_release_parcel_eta promoted v7",
         "task_skipped": "nightly_release_parcel_eta paused the rollout of the candidate for a human",
+        "approval_needed": "nightly_release_parcel_eta asks a human about the candidate: promote, roll back or extend "
+        "(Required Actions)",
     }
     assert msg["Subject"] == f"[mlrelease] {subjects[event]} (run scheduled__2026-11-29)"
     assert msg["From"] == SENDER and msg["To"] == ", ".join(TO)

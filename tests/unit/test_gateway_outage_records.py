@@ -18,7 +18,7 @@ from mlrelease.gateway.config import DEFAULT_CONFIG, load_config
 from mlrelease.gateway.decision_log import DecisionLog
 from mlrelease.gateway.metrics import GatewayMetrics
 from mlrelease.gateway.model_client import ModelAnswer, ModelFailure
-from mlrelease.gateway.routing_state import RoutingState, choose
+from mlrelease.gateway.routing_state import RoutingState, assigned_version, choose
 from mlrelease.gateway.service import PredictService
 from mlrelease.rollout.decision_log_source import DecisionLogSource
 from mlrelease.rollout.outage import find_outages
@@ -54,6 +54,9 @@ class _Router:
 
     def route(self, cohort: str, bucket: int) -> Any:
         return choose(self.state, cohort, bucket, self.locally_tripped)
+
+    def assigned(self, state: RoutingState, cohort: str, bucket: int) -> int:
+        return assigned_version(state, cohort, bucket)
 
     def trip(self, version: int, reason: str) -> None:
         self.locally_tripped = self.locally_tripped | {version}

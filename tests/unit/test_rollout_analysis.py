@@ -153,6 +153,23 @@ def test_too_little_traffic_continues_and_is_resolved_by_the_plan_at_the_end():
     assert not [r for r in final.results if r.verdict is Verdict.PASS]
 
 
+def test_a_cohort_whose_series_are_missing_never_passes_and_pauses_at_the_end():
+    """The metrics source returns nothing for the long tail (e.g. no Prometheus series for that cohort: a PodMonitor
+    that misses the replicas serving it): its contracts stay open, saying why, and at the maximum exposure the stage
+    pauses for a human rather than pass on evidence it never had; no traffic moves."""
+    healthy = _both("high_value", _window(1500, low=30), _window(1500, low=30))
+    analysis = _analyze(1, healthy)
+    assert analysis.verdicts["long_tail"] is Verdict.CONTINUE and analysis.samples["long_tail"] == {
+        "candidate": 0,
+        "stable": 0,
+    }
+    assert any("long_tail" in r.reason and "0 calls" in r.reason for r in analysis.results), analysis.summary()
+    final = _analyze(1, healthy, final=True)
+    assert final.verdicts["long_tail"] is Verdict.INCONCLUSIVE
+    state = RolloutState(candidate_version=2, stable_version=1, stage=2, stage_opened_at=T0)
+    assert next_action(state, PLAN, "demo", T0 + timedelta(seconds=91), final.verdicts).kind is ActionKind.PAUSE
+
+
 def test_a_zero_limit_passes_on_no_event_in_its_minimum_sample_once_the_minimum_exposure_is_over():
     clean = _both("high_value", _window(400), _window(400))
     nan = lambda analysis: next(r for r in analysis.results if r.metric == "nan_rate")  # noqa: E731

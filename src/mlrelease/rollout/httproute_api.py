@@ -36,7 +36,8 @@ class KubernetesRouteApi:
             if os.environ.get("KUBERNETES_SERVICE_HOST"):
                 config.load_incluster_config()
             else:
-                config.load_kube_config()
+                # KUBECONFIG as it is now: the library reads it once, at import, for its default
+                config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
             api_client = client.ApiClient()
         self.api = client.CustomObjectsApi(api_client)
 
