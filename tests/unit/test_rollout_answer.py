@@ -188,6 +188,17 @@ def test_confirm_promotion_holds_a_passed_rollout_until_a_human_confirms(paused)
     assert paused.registry.tags[2]["rollout_status"] == "promoted"  # every stage passed: not by hand
 
 
+def test_extending_a_passed_last_stage_keeps_its_shares_paused_for_a_human(paused):
+    _at_last_stage(paused, phase=Phase.STAGE, passed=True, confirm=True)
+    kept = "the last stage passed; extend the stage, answered by alice: it keeps its shares"
+    with pytest.raises(Skipped, match=kept):
+        steps.answer(None, 3, 2, KEY, said("extend", stage=3, question="confirm_promotion"))
+    record = paused.store.read()
+    assert record.phase is Phase.PAUSED and paused.router.record_said == []  # nothing moved
+    with pytest.raises(StepError, match="nobody has"):
+        steps.promote(None, 2, KEY)  # still unconfirmed: rollback_release's promote_paused decides
+
+
 def test_the_question_follows_the_plan_and_nothing_is_asked_of_a_decided_stage():
     record = rollout_record(Phase.PAUSED).model_copy(update={"reason": "stage high_value: still inconclusive"})
     asked = answers.question(record, 1, "pause", "")

@@ -47,6 +47,8 @@ def answer(
     if given.choice == "promote":
         status = "promote" if stage == len(record.plan.stages) else f"past stage {stage}: the next stage opens next"
         return {**stage_result(record, stage), "status": f"{given.describe()}: {status}", "answer": given.as_detail()}
+    if given.question == "confirm_promotion":  # the last stage passed already: looking longer decides nothing new
+        _pause(ctx, record, f"the last stage passed; {given.describe()}: it keeps its shares until a human decides")
     result = analyze(settings, stage, version, run_key, tick=tick, poll_s=poll_s)
     if result.get("decided") and result.get("action") == "promote" and _unconfirmed(record):
         _pause(ctx, ctx.owned(run_key, version), "passed after the extension; the plan asks to confirm the promotion")
