@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -601,6 +601,25 @@ ROLLOUT_TASKS = [
 HUMAN = "awaiting_input"  # the state of an approval task waiting for its answer (Airflow 3.3)
 
 
+def trigger_night(
+    airflow: LiveAirflow, home: Path, interval: tuple[str, str], plan: dict[str, Any], *, seed: int, note: str
+) -> str:
+    """Generate the data of the day the interval ends (as the earlier tests did), then trigger the nightly run for the
+    interval as the form does, under `plan`; the run's id."""
+    day = datetime.fromisoformat(interval[1]).date()
+    generate(home / "data" / "offline", day, day, rows_per_day=ROWS_PER_DAY, seed=seed)
+    path = home / f"plan-{seed}.yaml"
+    path.write_text(yaml.safe_dump(plan), encoding="utf-8")
+    body = form_body(
+        {**NIGHT_CONF, "rollout_plan": str(path)},
+        logical_date=form_now(),
+        data_interval=interval,
+        note=f"live e2e: {note}",
+    )
+    run_id: str = airflow.api("POST", f"/dags/{NIGHTLY}/dagRuns", json=body)["dag_run_id"]
+    return run_id
+
+
 def hitl_path(run_id: str, task_id: str, dag_id: str = NIGHTLY) -> str:
     """The REST path of a task's human-in-the-loop detail (what the UI's Required Actions page reads and answers)."""
     return f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails"
@@ -659,16 +678,9 @@ def test_the_next_night_rolls_a_retrained_candidate_out_under_live_traffic(
 
     url, key = live_gateway
     offline = live_home / "data" / "offline"
-    generate(offline, date(2026, 11, 30), date(2026, 11, 30), rows_per_day=ROWS_PER_DAY, seed=11)
-    plan = live_home / "live-plan.yaml"
-    plan.write_text(yaml.safe_dump(LIVE_PLAN), encoding="utf-8")
-    body = form_body(
-        {**NIGHT_CONF, "rollout_plan": str(plan)},
-        logical_date=form_now(),
-        data_interval=(NEXT_START, NEXT_END),
-        note="live e2e: the next night, a retrained candidate rolled out",
+    run_id = trigger_night(
+        airflow, live_home, (NEXT_START, NEXT_END), LIVE_PLAN, seed=11, note="the next night, a retrained candidate"
     )
-    run_id = airflow.api("POST", f"/dags/{NIGHTLY}/dagRuns", json=body)["dag_run_id"]
     # Traffic once the benchmark is done, as `make run` does: perf_analyzer measures the same CPU Triton.
     airflow.wait_for(
         "the benchmark to pass",
@@ -817,16 +829,9 @@ def test_an_unanswered_question_times_out_to_its_default_and_rolls_the_candidate
     from mlrelease.settings import Settings
 
     alerts_before = len(alerts.bodies)
-    generate(live_home / "data" / "offline", date(2026, 12, 1), date(2026, 12, 1), rows_per_day=ROWS_PER_DAY, seed=12)
-    plan = live_home / "asking-plan.yaml"
-    plan.write_text(yaml.safe_dump(ASKING_PLAN), encoding="utf-8")
-    body = form_body(
-        {**NIGHT_CONF, "rollout_plan": str(plan)},
-        logical_date=form_now(),
-        data_interval=(THIRD_START, THIRD_END),
-        note="live e2e: a question nobody answers",
+    run_id = trigger_night(
+        airflow, live_home, (THIRD_START, THIRD_END), ASKING_PLAN, seed=12, note="a question nobody answers"
     )
-    run_id = airflow.api("POST", f"/dags/{NIGHTLY}/dagRuns", json=body)["dag_run_id"]
     asked = wait_for_question(airflow, run_id, "approve_1")  # no traffic at all: stage 1 cannot pass, it asks
     assert asked["assigned_users"] == [{"id": "oncall", "name": "oncall"}]
     reply = airflow.session.patch(

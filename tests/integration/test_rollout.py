@@ -398,14 +398,7 @@ def test_a_staged_rollout_in_gateway_api_mode_rolls_a_slow_candidate_back_and_pr
     with gateway_api_mode(fresh, tmp_path, monkeypatch) as (plane, kube):
 
         def during(run):
-            with devkit.background_traffic(plane, bodies, fresh.api_key, RATE, path, headers) as report:
-                time.sleep(WARM_UP_S)
-                try:
-                    outcome = run()
-                except Exception as exc:  # noqa: BLE001 - the scenario asserts on it
-                    outcome = exc
-                time.sleep(0.5)
-            return outcome, report
+            return _traffic_then(fresh, plane, bodies, run, path, headers)
 
         slow = Release(fresh, SLOW)
         outcome, report = during(lambda: slow.wait_and_analyze(1))
@@ -499,9 +492,10 @@ def test_unreachable_routing_state_fails_before_touching_traffic(fresh, monkeypa
     steps.rollback(fresh.settings, release.key, reason="test over")
 
 
-def _traffic_then(fresh, gateway, bodies, run) -> Any:
-    """Run `run()` while traffic flows (after a warm-up); returns (its result or exception, traffic report)."""
-    with devkit.background_traffic(gateway, bodies, fresh.api_key, RATE) as report:
+def _traffic_then(fresh, gateway, bodies, run, path: str = "/v1/predict", headers=None) -> Any:
+    """Run `run()` while traffic flows (after a warm-up); returns (its result or exception, traffic report).
+    `path` and each body's `headers`: as `devkit.background_traffic` takes them (e.g. an upstream's route headers)."""
+    with devkit.background_traffic(gateway, bodies, fresh.api_key, RATE, path, headers) as report:
         time.sleep(WARM_UP_S)
         try:
             outcome = run()
