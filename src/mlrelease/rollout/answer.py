@@ -91,7 +91,7 @@ def check_question(record: RolloutRecord, answer: Answer) -> None:
         raise StepError(f"the answer is for stage {answer.stage}, but the rollout is at stage {record.stage}")
     if answer.question == "pause" and record.phase is not Phase.PAUSED:
         raise StepError(f"the answer is to a pause, but the rollout of v{record.candidate_version} is {record.phase}")
-    if answer.question == "confirm_promotion" and (record.phase is not Phase.STAGE or not _passed_last(record)):
+    if answer.question == "confirm_promotion" and (record.phase is not Phase.STAGE or not passed_last_stage(record)):
         raise StepError("the answer confirms a promotion, but the last stage has not passed its analysis")
 
 
@@ -101,7 +101,8 @@ def promotion_confirmed(record: RolloutRecord) -> bool:
     return any(e.kind == "approval" and e.stage == last and e.detail.get("choice") == "promote" for e in record.history)
 
 
-def _passed_last(record: RolloutRecord) -> bool:
+def passed_last_stage(record: RolloutRecord) -> bool:
+    """Whether the last stage's analysis decided to promote."""
     last = len(record.plan.stages)
     return any(e.kind == "analysis" and e.stage == last and e.detail.get("action") == "promote" for e in record.history)
 

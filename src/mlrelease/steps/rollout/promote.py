@@ -7,7 +7,7 @@ from typing import Any
 
 from mlrelease.errors import GateFailed, Skipped, StepError
 from mlrelease.registry import CHALLENGER, CHAMPION
-from mlrelease.rollout.answer import promotion_confirmed
+from mlrelease.rollout.answer import passed_last_stage, promotion_confirmed
 from mlrelease.rollout.context import RolloutContext
 from mlrelease.rollout.machine import Action, ActionKind, Phase, apply
 from mlrelease.rollout.store import now_utc
@@ -42,8 +42,7 @@ def promote(
     overridden = checked_gates(ctx, version, "promote", override_gates)
     if overridden is not None:
         record = ctx.record_update(record, record.with_event("gates_overridden", now_utc(), record.stage, **overridden))
-    last = len(record.plan.stages)
-    passed = [e for e in record.history if e.kind == "analysis" and e.stage == last and e.detail["action"] == "promote"]
+    passed = passed_last_stage(record)
     confirmed = promotion_confirmed(record)  # a human answered `promote` to the last stage's question in the run
     by_hand = by_hand or (confirmed and record.phase is Phase.PAUSED)
     if not passed and not (by_hand and record.phase is Phase.PAUSED):
