@@ -49,7 +49,8 @@ HISTORY_DAYS ?= 9
 ROWS_PER_DAY ?= 6000
 # Corrupt the run's window to watch the data gate stop the release: make run INJECT=negative_values (any class of
 # `mlrelease data generate --inject`: nulls, drift, schema, stale, duplicates, late_events, empty_partition, stuck_column,
-# republished, orphans, naive_timestamps, units)
+# republished, orphans, naive_timestamps, units, negative_values, republished_new_ids, appended_twice,
+# packages_after_orders, feed_outage)
 INJECT ?=
 # The declared models (models/<name>/release.yaml) that `make run` releases, one after the other: make run MODELS=late_delivery
 MODELS ?= parcel_eta late_delivery

@@ -348,6 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
             "naive_timestamps",
             "units",
             "negative_values",
+            "republished_new_ids",
+            "appended_twice",
+            "packages_after_orders",
+            "feed_outage",
         ),
     )
     gen.set_defaults(handler=_cmd_generate, result_to_xcom=False)

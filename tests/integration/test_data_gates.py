@@ -53,6 +53,14 @@ EXPECTED = {
     "units": r"packages\.weight_kg date=2026-11-28: expected the mean is in its usual range \(units unchanged\)",
     "negative_values": r"packages\.weight_kg date=2026-11-28: expected values lie in \[0\.01, 1000\]; 18 of 600 "
     r"rows \(3\.0 %\) do not, e\.g\. -",
+    "republished_new_ids": r"orders\.order_id date=2026-11-28: expected the rows are not copies under new keys of rows "
+    r"earlier in this or an earlier partition \(every value but the ids and the event time\); 600 of 600 rows",
+    "appended_twice": r"packages\.package_id date=2026-11-28: expected the rows are not copies under new keys .*; "
+    r"600 of 1200 rows \(50\.0 %\) do not",
+    "packages_after_orders": r"orders\.package_id date=2026-11-28: expected every order's package has a row at or "
+    r"before the order's event time \(what a point-in-time join finds\); \d\d of 600 rows",
+    "feed_outage": r"orders\.table date=2026-11-28: expected every hour of the day as complete as the same hour of 7 "
+    r"reference days; 13:00-14:00 UTC has 0 rows, 2\d\.\d expected",
 }
 
 

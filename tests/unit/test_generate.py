@@ -22,6 +22,10 @@ NEW_MODES = (
     "naive_timestamps",
     "units",
     "negative_values",
+    "republished_new_ids",
+    "appended_twice",
+    "packages_after_orders",
+    "feed_outage",
 )
 
 
@@ -237,3 +241,53 @@ def test_negative_values_negate_a_few_weights(tmp_path, clean_two_days):
         assert negative.mean() == pytest.approx(0.03, abs=0.005)
         assert weight[negative].equals(-clean[negative]) and weight[~negative].equals(clean[~negative])
         assert (clean > 0).all()
+
+
+def _content(frame: pd.DataFrame, table: str) -> pd.DataFrame:
+    """What the rows say without their ids or event time, in a stable order."""
+    columns = TABLES[table].content_columns
+    return frame[columns].sort_values(columns).reset_index(drop=True)
+
+
+def test_republished_new_ids_repeat_yesterdays_content_under_todays_ids(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "republished_new_ids")
+    orders, packages = _read(bad, "orders"), _read(bad, "packages")
+    assert orders["order_id"].tolist() == [DAY.toordinal() * 1_000_000 + n for n in range(1, 201)]
+    assert orders["package_id"].equals(orders["order_id"]) and packages["package_id"].equals(orders["order_id"])
+    for table, frame in (("orders", orders), ("packages", packages)):
+        yesterday = _read(clean_two_days, table, PREV)
+        pd.testing.assert_frame_equal(_content(frame, table), _content(yesterday, table))
+        assert frame["event_timestamp"].equals(yesterday["event_timestamp"] + pd.Timedelta(days=1))
+        assert not _content(frame, table).equals(_content(_read(clean_two_days, table), table))
+
+
+def test_appended_twice_doubles_the_day_under_new_ids(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "appended_twice")
+    for table, key in (("orders", "order_id"), ("packages", "package_id")):
+        frame, clean = _read(bad, table), _read(clean_two_days, table)
+        assert len(frame) == 2 * len(clean) and frame[key].is_unique
+        assert set(clean[key]) < set(frame[key]) and frame[key].max() < (DAY.toordinal() + 1) * 1_000_000
+        pd.testing.assert_frame_equal(_content(frame, table), _content(pd.concat([clean, clean]), table))
+        assert frame["event_timestamp"].is_monotonic_increasing
+
+
+def test_packages_after_orders_are_created_later_the_same_day(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "packages_after_orders")
+    for day in (PREV, DAY):
+        orders, packages = _read(bad, "orders", day), _read(bad, "packages", day)
+        pd.testing.assert_frame_equal(orders, _read(clean_two_days, "orders", day))
+        delay = (packages["event_timestamp"] - orders["event_timestamp"]).dt.total_seconds() / 3600
+        late = delay > 0
+        assert late.mean() == pytest.approx(0.10, abs=0.03) and (delay >= 0).all()
+        assert delay[late].between(1, 3).all()
+        assert packages["event_timestamp"].dt.date.eq(day).all()  # still inside the partition's day
+
+
+def test_feed_outage_loses_one_hour_of_orders_and_packages(tmp_path, clean_two_days):
+    bad = _bad(tmp_path, "feed_outage")
+    for table in ("orders", "packages"):
+        frame, clean = _read(bad, table), _read(clean_two_days, table)
+        assert not frame["event_timestamp"].dt.hour.eq(13).any() and clean["event_timestamp"].dt.hour.eq(13).any()
+        kept = clean[clean["event_timestamp"].dt.hour != 13].reset_index(drop=True)
+        pd.testing.assert_frame_equal(frame, kept)
+    pd.testing.assert_frame_equal(_read(bad, "users"), _read(clean_two_days, "users"))

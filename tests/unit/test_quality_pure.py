@@ -1,3 +1,4 @@
+import re
 from datetime import date
 
 import numpy as np
@@ -5,12 +6,20 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from mlrelease.data.schema import ORDERS, ROUTES
+from mlrelease.data.schema import ORDERS, PACKAGES, ROUTES
 from mlrelease.errors import StepError
 from mlrelease.quality.contract import contract_problems
-from mlrelease.quality.derived import key_hashes, row_hashes, with_derived_columns
+from mlrelease.quality.derived import (
+    History,
+    content_hashes,
+    first_seen,
+    key_hashes,
+    row_hashes,
+    with_derived_columns,
+)
 from mlrelease.quality.drift import psi
 from mlrelease.quality.findings import entries, failure_line
+from mlrelease.quality.hourly import ALPHA, ROWS, hour_gaps
 from mlrelease.quality.ledger import PartitionFile, PartitionLedger
 from mlrelease.quality.parameters import suite_parameters
 from mlrelease.storage import sha256
@@ -110,32 +119,129 @@ def test_contract_names_missing_unexpected_retyped_and_naive_time_columns():
     assert contract_problems(ROUTES, retyped) == [("region", "type int32, expected string")]
 
 
-def _orders(ids, packages, ts="2026-11-28T10:00:00Z"):
+def _orders(ids, packages, ts="2026-11-28T10:00:00Z", eta=None):
+    times = pd.to_datetime(ts if isinstance(ts, list) else [ts] * len(ids), utc=True)
     return pd.DataFrame(
         {
             "order_id": ids,
-            "event_timestamp": pd.to_datetime([ts] * len(ids), utc=True),
+            "event_timestamp": times,
             "user_id": [1] * len(ids),
             "package_id": packages,
             "route_id": [1] * len(ids),
-            "eta_hours": [10.0 + i for i in range(len(ids))],
+            "eta_hours": eta or [10.0 + i for i in range(len(ids))],
+            "promised_hours": [24.0] * len(ids),
+            "is_late": [False] * len(ids),
         }
+    )
+
+
+def _history(earlier: pd.DataFrame, packages_since: pd.Series | None = None) -> History:
+    return History(
+        keys=[key_hashes(ORDERS, earlier)],
+        rows=[row_hashes(ORDERS, earlier)],
+        contents=[content_hashes(ORDERS, earlier)],
+        known_keys={"users": np.array([1]), "packages": np.array([1, 2, 3, 4]), "routes": np.array([1])},
+        since={"packages": packages_since if packages_since is not None else first_seen(PACKAGES, [])},
     )
 
 
 def test_derived_columns_find_misfiled_republished_and_orphaned_rows():
     yesterday = _orders([1, 2], [1, 2], ts="2026-11-27T10:00:00Z")
     today = pd.concat([_orders([2, 3], [2, 99]), _orders([4], [4], ts="2026-12-01T00:00:00Z")], ignore_index=True)
-    earlier_keys, earlier_rows = [key_hashes(ORDERS, yesterday)], [row_hashes(ORDERS, yesterday)]
-    known = {"users": np.array([1]), "packages": np.array([1, 2, 3, 4]), "routes": np.array([1])}
-    out = with_derived_columns(ORDERS, today, date(2026, 11, 28), earlier_keys, earlier_rows, known)
+    today["eta_hours"] = [20.0, 21.0, 22.0]
+    out = with_derived_columns(ORDERS, today, date(2026, 11, 28), _history(yesterday))
     assert out["_in_partition_day"].tolist() == [True, True, False]  # the third is dated three days later
     assert out["_key_is_new"].tolist() == [False, True, True]  # order 2 was published yesterday
     assert out["_row_is_new"].tolist() == [True, True, True]  # its values differ (another eta)
+    assert out["_content_is_new"].tolist() == [True, True, True]
     assert out["_package_id_exists"].tolist() == [True, False, True]
     copy = yesterday.assign(event_timestamp=yesterday["event_timestamp"] + pd.Timedelta(days=1))
-    again = with_derived_columns(ORDERS, copy, date(2026, 11, 28), earlier_keys, earlier_rows, known)
+    again = with_derived_columns(ORDERS, copy, date(2026, 11, 28), _history(yesterday))
     assert not again["_row_is_new"].any()  # a re-published day: same values, only the event time moved
+
+
+def test_content_duplicates_under_new_keys_are_found_within_the_batch_and_against_earlier_days():
+    yesterday = _orders([1, 2], [1, 2], ts="2026-11-27T10:00:00Z", eta=[10.0, 11.0])
+    # Yesterday's first order again under new order and package ids; then today's own order appended twice.
+    today = _orders([5, 6, 7], [5, 6, 7], eta=[10.0, 30.0, 30.0])
+    out = with_derived_columns(ORDERS, today, date(2026, 11, 28), _history(yesterday))
+    assert out["_key_is_new"].all() and out["_row_is_new"].all()  # nothing matches by key or with the key
+    assert out["_content_is_new"].tolist() == [False, True, False]  # the first copy of 30.0 is the original
+    assert "_content_is_new" not in with_derived_columns(ROUTES, _routes(), date(2026, 11, 28), History())
+
+
+def _routes() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "route_id": [1, 2],
+            "event_timestamp": pd.to_datetime(["2026-11-28T06:00:00Z"] * 2, utc=True),
+            "region": ["north", "north"],
+            "distance_km": [10.0, 10.0],  # two routes may well say the same: snapshots are not judged on content
+            "is_remote": [False, False],
+            "congestion_index": [0.1, 0.1],
+            "avg_transit_hours_7d": [1.0, 1.0],
+        }
+    )
+
+
+def test_an_order_whose_package_is_created_later_has_no_package_at_its_time():
+    packages = pd.DataFrame(
+        {
+            "package_id": [1, 2, 3],
+            "event_timestamp": pd.to_datetime(
+                ["2026-11-28T09:00:00Z", "2026-11-28T10:00:00Z", "2026-11-28T12:30:00Z"], utc=True
+            ),
+        }
+    )
+    since = first_seen(PACKAGES, [packages.iloc[:2], packages.iloc[1:]])  # a key seen in two partitions: its first
+    assert since.to_dict() == dict(zip([1, 2, 3], packages["event_timestamp"], strict=True))
+    today = _orders([1, 2, 3, 4], [1, 2, 3, 99], ts=["2026-11-28T10:00:00Z"] * 4)
+    out = with_derived_columns(ORDERS, today, date(2026, 11, 28), _history(today.iloc[:0], since))
+    # 1: before; 2: at the same second (a join at or before finds it); 3: 2.5 h later; 99: the orphan check's
+    assert out["_package_id_existed_at_event"].tolist() == [True, True, False, True]
+
+
+def _hourly(rows_per_hour: int, days: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    n = rows_per_hour * 24 * days
+    start = pd.Timestamp("2026-11-20", tz="UTC")
+    seconds = rng.integers(0, 86_400, n) + 86_400 * rng.integers(0, days, n)
+    return pd.DataFrame(
+        {
+            "package_id": np.arange(n),
+            "event_timestamp": start + pd.to_timedelta(seconds, unit="s"),
+            "weight_kg": rng.lognormal(0, 1, n),
+            "volume_l": rng.lognormal(0, 1, n),
+            "declared_value": np.where(rng.random(n) < 0.02, np.nan, 1.0),  # 2 % missing is this column's normal
+            "category": "other",
+            "is_bulky": False,
+        }
+    )
+
+
+def test_an_hour_without_rows_or_without_a_column_is_named_and_noise_is_not():
+    reference, today = _hourly(25, 7, seed=1), _hourly(25, 1, seed=2)
+    assert hour_gaps(PACKAGES, today, reference) == []
+    lost = today[today["event_timestamp"].dt.hour != 13]
+    (gap,) = hour_gaps(PACKAGES, lost, reference)  # one line for the hour, not one per column
+    assert (gap.column, gap.hour, gap.present) == (ROWS, 13, 0) and 20 < gap.expected < 30
+    assert "13:00-14:00 UTC has 0 rows" in gap.line("packages", "date=2026-11-28", 7)
+    # One hour's declared values missing: ~4 % of the day, twice this column's usual share, named by its hour.
+    outage = today.assign(declared_value=today["declared_value"].where(today["event_timestamp"].dt.hour != 9))
+    (gap,) = hour_gaps(PACKAGES, outage, reference)
+    assert (gap.column, gap.hour, gap.present) == ("declared_value", 9, 0)
+    assert re.search(r"0 values, 2\d\.\d expected \(9\d % of that hour's rows had one\)$", gap.line("p", "d", 7))
+
+
+def test_hour_gaps_stay_quiet_on_clean_days_and_thin_hours():
+    # 200 clean days at 10 rows an hour against a week: by ALPHA a false finding is a one-in-a-million event.
+    reference = _hourly(10, 7, seed=3)
+    found = [g for seed in range(200) for g in hour_gaps(PACKAGES, _hourly(10, 1, seed=100 + seed), reference)]
+    assert found == []
+    # Half an hour's worth missing in a 4-row hour is too little to tell from noise; 25 of 25 missing is not.
+    thin = _hourly(4, 1, seed=4)
+    assert hour_gaps(PACKAGES, thin[thin["event_timestamp"].dt.hour != 5], _hourly(4, 7, seed=5)) == []
+    assert ALPHA < 1e-5
 
 
 def test_failure_lines_name_table_column_partition_and_numbers():

@@ -207,6 +207,9 @@ ORPHAN_SHARE = 0.05  # `orphans`: share of orders pointing at a package that exi
 ORPHAN_ID_OFFSET = 10**13
 LB_PER_KG = 2.20462  # `units`: weight_kg written in pounds
 NEGATIVE_SHARE = 0.03  # `negative_values`: share of packages whose weight_kg is negated
+LATE_PACKAGE_SHARE = 0.10  # `packages_after_orders`: share of orders whose package is created after the order
+LATE_PACKAGE_HOURS = (1, 3)  # ... by this many hours (uniform), staying inside the day
+OUTAGE_HOUR = 13  # `feed_outage`: the hour of the day (UTC) whose orders and packages never arrive
 
 
 def _pick_rows(rng: np.random.Generator, n: int, share: float) -> np.ndarray:
@@ -325,6 +328,55 @@ def _inject_negative_values(tables: dict[str, pd.DataFrame], rng: np.random.Gene
     packages["weight_kg"] = packages["weight_kg"].where(~negative, -packages["weight_kg"])
 
 
+def _renumbered(frames: tuple[pd.DataFrame, pd.DataFrame], day: date, first: int) -> None:
+    """Give orders and their packages (row i is the same order in both) new ids of `day`, from `first` on."""
+    ids = day.toordinal() * 1_000_000 + first + np.arange(len(frames[0]), dtype="int64")
+    orders, packages = frames
+    orders["order_id"] = ids
+    orders["package_id"] = ids
+    packages["package_id"] = ids
+
+
+def _inject_republished_new_ids(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """Each day's orders and packages are the previous day's, one day later and under today's new ids.
+
+    Models an upstream job re-publishing yesterday's extract with freshly minted keys: nothing matches by key.
+    """
+    previous = generate_day(ctx.pop, ctx.seed, ctx.day - timedelta(days=1), ctx.rows)
+    for name in ("orders", "packages"):
+        previous[name]["event_timestamp"] = previous[name]["event_timestamp"] + pd.Timedelta(days=1)
+    _renumbered((previous["orders"], previous["packages"]), ctx.day, 1)
+    tables["orders"], tables["packages"] = previous["orders"], previous["packages"]
+
+
+def _inject_appended_twice(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """The day's orders and packages are appended a second time under new ids (the partition doubles)."""
+    copies = tables["orders"].copy(), tables["packages"].copy()
+    _renumbered(copies, ctx.day, ctx.rows + 1)  # after the day's real ids
+    for name, copy in zip(("orders", "packages"), copies, strict=True):
+        tables[name] = pd.concat([tables[name], copy], ignore_index=True).sort_values("event_timestamp")
+
+
+def _inject_late_packages(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """LATE_PACKAGE_SHARE of packages are created 1-3 hours after their order (within the same day).
+
+    Models a packages feed stamped with its load time: the package exists that day, but not yet at the order's
+    time, so a point-in-time join finds no package row for the order.
+    """
+    orders, packages = tables["orders"], tables["packages"]
+    delay = pd.to_timedelta(rng.uniform(*LATE_PACKAGE_HOURS, len(packages)), unit="h").round("s")
+    fits = (orders["event_timestamp"] + delay) < _midnight(ctx.day + timedelta(days=1))
+    late = _pick_rows(rng, len(packages), LATE_PACKAGE_SHARE) & fits.to_numpy()
+    packages["event_timestamp"] = packages["event_timestamp"].where(~late, packages["event_timestamp"] + delay)
+
+
+def _inject_feed_outage(tables: dict[str, pd.DataFrame], rng: np.random.Generator, ctx: InjectContext) -> None:
+    """The orders feed lost OUTAGE_HOUR:00-:59 UTC: that hour's orders and packages never arrive (~4 % of the day)."""
+    for name in ("orders", "packages"):
+        frame = tables[name]
+        tables[name] = frame[frame["event_timestamp"].dt.hour != OUTAGE_HOUR].reset_index(drop=True)
+
+
 INJECTORS: dict[str, Injector] = {
     "nulls": _inject_nulls,
     "drift": _inject_drift,
@@ -339,6 +391,10 @@ INJECTORS: dict[str, Injector] = {
     "naive_timestamps": _inject_naive_timestamps,
     "units": _inject_units,
     "negative_values": _inject_negative_values,
+    "republished_new_ids": _inject_republished_new_ids,
+    "appended_twice": _inject_appended_twice,
+    "packages_after_orders": _inject_late_packages,
+    "feed_outage": _inject_feed_outage,
 }
 INJECT_MODES = tuple(INJECTORS)
 

@@ -13,6 +13,7 @@ dropped silently. The GX Data Docs site is the report.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import date, timedelta
 from typing import Any
 
@@ -23,10 +24,20 @@ from mlrelease.data.schema import TABLES, Table
 from mlrelease.errors import GateFailed, StepError
 from mlrelease.model.training_data import training_window
 from mlrelease.quality.contract import contract_problems
-from mlrelease.quality.derived import REFERENCES, key_hashes, row_hashes, with_derived_columns
+from mlrelease.quality.derived import (
+    REFERENCES,
+    TEMPORAL_REFERENCES,
+    History,
+    content_hashes,
+    first_seen,
+    key_hashes,
+    row_hashes,
+    with_derived_columns,
+)
 from mlrelease.quality.drift import DEFAULT_PSI_THRESHOLD, psi
 from mlrelease.quality.findings import entries, failure_line
 from mlrelease.quality.gx_project import GxProject
+from mlrelease.quality.hourly import hour_gaps
 from mlrelease.quality.ledger import PartitionFile, ledger
 from mlrelease.quality.parameters import suite_parameters
 from mlrelease.quality.partitions import LoadedPartition, Slice, read_partition, rows_between, run_slices, same_hours
@@ -74,27 +85,37 @@ class TableCheck:
         # A day in scope may be another day's reference (a first run checks a week of history at once); a
         # slice is never compared with itself (see `reference`).
         self.reference_days = [d for d in reference_days if d in self.loaded and not self.contract[d]]
-        self._hashes: dict[date, tuple[np.ndarray, np.ndarray]] = {}
+        self._hashes: dict[date, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
 
-    def hashes(self, day: date) -> tuple[np.ndarray, np.ndarray]:
-        """Key and row hashes of one loaded, contract-clean partition (cached)."""
+    def hashes(self, day: date) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Key, row and (event tables) content hashes of one loaded, contract-clean partition (cached)."""
         if day not in self._hashes:
-            frame = self.loaded[day].frame
-            self._hashes[day] = (key_hashes(self.table, frame), row_hashes(self.table, frame))
+            table, frame = self.table, self.loaded[day].frame
+            content = content_hashes(table, frame) if table.unique_key else None
+            self._hashes[day] = (key_hashes(table, frame), row_hashes(table, frame), content)
         return self._hashes[day]
 
-    def earlier(self, day: date) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Key and row hashes of every clean loaded partition before `day`."""
+    def earlier(self, day: date) -> History:
+        """Key, row and content hashes of every clean loaded partition before `day`."""
         days = [d for d in self.loaded if d < day and not self.contract[d]]
-        pairs = [self.hashes(d) for d in days]
-        return [k for k, _ in pairs], [r for _, r in pairs]
+        triples = [self.hashes(d) for d in days]
+        return History(
+            keys=[k for k, _, _ in triples],
+            rows=[r for _, r, _ in triples],
+            contents=[c for _, _, c in triples if c is not None],
+        )
+
+    def _clean_until(self, day: date) -> list[pd.DataFrame]:
+        return [lp.frame for d, lp in self.loaded.items() if d <= day and not self.contract[d]]
 
     def keys_until(self, day: date) -> np.ndarray:
         """Every key this table published up to and including `day` (what a foreign key may point at)."""
-        keys = [
-            lp.frame[self.table.key].to_numpy() for d, lp in self.loaded.items() if d <= day and not self.contract[d]
-        ]
+        keys = [frame[self.table.key].to_numpy() for frame in self._clean_until(day)]
         return np.concatenate(keys) if keys else np.array([], dtype="int64")
+
+    def since_until(self, day: date) -> pd.Series:
+        """Each key's first event time over the partitions up to and including `day`."""
+        return first_seen(self.table, self._clean_until(day))
 
     def reference(self, hours: tuple[float, float], day: date) -> tuple[pd.DataFrame, list[int]]:
         """The other reference days' rows over the same hours of the day, pooled, and each day's count."""
@@ -143,9 +164,12 @@ def _check_slice(
     # Misfiled rows (outside the partition's day) stay in the batch so the suite sees and names them.
     batch_rows = frame[in_run | ~in_day]
     report["outside_run_rows"] = int((in_day & ~in_run).sum())  # for earlier or later runs: counted, not checked
-    earlier_keys, earlier_rows = check.earlier(pf.day)
-    fks = {ref: known[ref].keys_until(pf.day) for ref in REFERENCES.values()} if table.name == "orders" else {}
-    batch = with_derived_columns(table, batch_rows.reset_index(drop=True), pf.day, earlier_keys, earlier_rows, fks)
+    history = check.earlier(pf.day)
+    if table.name == "orders":
+        history.known_keys = {ref: known[ref].keys_until(pf.day) for ref in REFERENCES.values()}
+        temporal = [REFERENCES[column] for column in TEMPORAL_REFERENCES]
+        history.since = {ref: known[ref].since_until(pf.day) for ref in temporal}
+    batch = with_derived_columns(table, batch_rows.reset_index(drop=True), pf.day, history)
     reference, counts = check.reference(piece.hours, pf.day)
     parameters = suite_parameters(project.suite(table.name), batch, reference, counts)
     result = project.validate(table.name, batch, parameters, run_name=f"{key} {table.name} {label}")
@@ -154,6 +178,8 @@ def _check_slice(
     report["parameters"] = parameters
     if len(batch) >= MIN_DRIFT_ROWS and not reference.empty:
         report["drift"] = _drift(table, batch, reference, threshold)
+    gaps = hour_gaps(table, frame[in_run], reference)  # the run's rows of the day, hour by hour
+    report["hour_gaps"] = [asdict(g) for g in gaps]
     # An empty batch has no spread or mean: its row-count finding says all there is to say.
     report["failures"] = [
         failure_line(table.name, label, e)
@@ -166,6 +192,7 @@ def _check_slice(
         for col, d in report["drift"].items()
         if not d["ok"]
     ]
+    report["failures"] += [g.line(table.name, label, len(counts)) for g in gaps]
     report["success"] = not report["failures"]
     return report
 
