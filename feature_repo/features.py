@@ -1,6 +1,7 @@
 """Feast definitions of the parcel network: entities, sources, feature views, and a feature service per model.
 
-Sources are the date-partitioned parquet tables under $MLRELEASE_HOME/data/offline. Each feature
+Sources are the date-partitioned parquet tables under $MLRELEASE_HOME/data/offline (FileSource, or SparkSource
+when the Feast YAML's offline store is Spark: MLRELEASE_DATA_ENGINE=spark). Each feature
 view carries its freshness budget as a tag (`freshness_budget_hours`); `mlrelease step
 check-freshness` reads it from the registry, so the budget lives next to the feature it guards. A model's
 release spec (models/<name>/release.yaml, `features.service`) names the service it trains on and is served with.
@@ -11,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
+from feast.infra.offline_stores.contrib.spark_offline_store.spark_source import SparkSource
 from feast.types import Bool, Float64, Int64, String
 
 _HOME = Path(os.environ.get("MLRELEASE_HOME", Path(__file__).resolve().parents[1] / ".mlrelease"))
@@ -21,8 +23,12 @@ package = Entity(name="package", join_keys=["package_id"], value_type=ValueType.
 route = Entity(name="route", join_keys=["route_id"], value_type=ValueType.INT64, description="A lane of the network.")
 
 
-def _source(table: str) -> FileSource:
-    return FileSource(name=f"{table}_source", path=str(_OFFLINE / table), timestamp_field="event_timestamp")
+def _source(table: str) -> FileSource | SparkSource:
+    """One definition of each table for both offline stores: the same parquet folder, read by pandas or by Spark."""
+    options = {"name": f"{table}_source", "path": str(_OFFLINE / table), "timestamp_field": "event_timestamp"}
+    if os.environ.get("MLRELEASE_DATA_ENGINE") == "spark":  # set from the Feast YAML (mlrelease.feast_store)
+        return SparkSource(file_format="parquet", **options)
+    return FileSource(**options)
 
 
 user_features = FeatureView(

@@ -33,8 +33,19 @@ def quiet_feast_logs() -> None:
 
 
 def export_feast_env(settings: Settings) -> None:
-    """Put the variables the Feast YAML and repo files expand into this process's environment."""
+    """Put the variables the Feast YAML and repo files expand into this process's environment.
+
+    MLRELEASE_DATA_ENGINE tells features.py which kind of source to declare for the same parquet tables:
+    FileSource for the file offline store (pandas), SparkSource for the Spark one.
+    """
     os.environ.update(settings.feast_env())
+    os.environ["MLRELEASE_DATA_ENGINE"] = "spark" if offline_store_type(settings) == "spark" else "pandas"
+
+
+def offline_store_type(settings: Settings) -> str:
+    """The chosen YAML's `offline_store.type` (`file` when it names none, as Feast defaults)."""
+    offline = config_mapping(settings).get("offline_store")
+    return str(offline.get("type", "file")) if isinstance(offline, dict) else "file"
 
 
 def home_path(settings: Settings, path: str) -> str:

@@ -56,9 +56,12 @@ def write_npz_atomic(path: Path, **arrays: Any) -> None:
     _atomic_replace(path, write)
 
 
-def write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
-    """Write a DataFrame to parquet atomically."""
-    _atomic_replace(path, lambda tmp: frame.to_parquet(tmp, index=False))
+def write_parquet_atomic(frame: pd.DataFrame, path: Path, timestamp_unit: str | None = None) -> None:
+    """Write a DataFrame to parquet atomically; timestamps in `timestamp_unit` (e.g. "us") when given."""
+    options: dict[str, Any] = (
+        {"coerce_timestamps": timestamp_unit, "allow_truncated_timestamps": False} if timestamp_unit else {}
+    )
+    _atomic_replace(path, lambda tmp: frame.to_parquet(tmp, index=False, **options))
 
 
 def sha256(path: Path) -> str:

@@ -59,7 +59,7 @@ def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedPro
 # asserted step by step in tests/integration/test_data_gates.py (a DAG run costs ~1 min, so they share one here).
 CORRUPTIONS = {
     "packages": ("negative_values", "packages.weight_kg date=2026-11-28: expected values lie in"),
-    "users": ("naive_timestamps", "users.event_timestamp date=2026-11-28: type timestamp[ns] has no"),
+    "users": ("naive_timestamps", "users.event_timestamp date=2026-11-28: type timestamp[us] has no"),
 }
 
 

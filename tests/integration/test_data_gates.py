@@ -49,7 +49,7 @@ EXPECTED = {
     r"600 of 600 rows",
     "orphans": r"orders\.package_id date=2026-11-28: expected every order references a package present in "
     r"packages; 30 of 600 rows",
-    "naive_timestamps": r"orders\.event_timestamp date=2026-11-28: type timestamp\[ns\] has no time zone",
+    "naive_timestamps": r"orders\.event_timestamp date=2026-11-28: type timestamp\[us\] has no time zone",
     "units": r"packages\.weight_kg date=2026-11-28: expected the mean is in its usual range \(units unchanged\)",
     "negative_values": r"packages\.weight_kg date=2026-11-28: expected values lie in \[0\.01, 1000\]; 18 of 600 "
     r"rows \(3\.0 %\) do not, e\.g\. -",

@@ -433,7 +433,8 @@ def generate(
             # Pandas' string dtype keeps the arrow type `string` even for an empty or all-null column.
             text_columns = frame.select_dtypes(include="object").columns
             frame = frame.astype(dict.fromkeys(text_columns, "string"))
-            write_parquet_atomic(frame, partition_path(offline_dir, name, day))
+            # Microseconds, as Spark and Hive write them: Spark cannot read nanosecond timestamps at all.
+            write_parquet_atomic(frame, partition_path(offline_dir, name, day), timestamp_unit="us")
             totals[name] += len(frame)
         day += timedelta(days=1)
     log.info("generated %s days into %s: %s", (end - start).days + 1, offline_dir, totals)

@@ -39,6 +39,7 @@ def orders_source(settings: Settings) -> str:
 def historical_frame(settings: Settings, train_window: Window) -> pd.DataFrame:
     """Each order in the window with its label and the feature values as of the order's event time."""
     from mlrelease.feast_store import open_store
+    from mlrelease.spark.session import start_engine
 
     covered = covered_hours(settings.offline_dir / "orders", train_window)
     wanted = (train_window.end - train_window.start).total_seconds() / 3600
@@ -62,6 +63,7 @@ def historical_frame(settings: Settings, train_window: Window) -> pd.DataFrame:
         raise StepError(f"no orders in the training window [{train_window.start}, {train_window.end})")
     entity_df = orders[["order_id", *ENTITY_KEYS, "event_timestamp", TARGET]].copy()
     entity_df["event_timestamp"] = pd.to_datetime(entity_df["event_timestamp"], utc=True)
+    start_engine(settings)  # Spark: the session on the configured master, before Feast would build its own
     store = open_store(settings)
     try:
         service = store.get_feature_service(FEATURE_SERVICE)

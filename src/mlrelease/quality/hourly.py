@@ -54,18 +54,30 @@ def present_per_hour(frame: pd.DataFrame, timestamp: str, columns: list[str]) ->
     return out
 
 
+def judged_columns(table: Table, present: list[str]) -> list[str]:
+    """The columns whose values are counted per hour: every contract column but the event time."""
+    return [c for c in table.column_names if c != table.timestamp and c in present]
+
+
 def hour_gaps(table: Table, batch: pd.DataFrame, reference: pd.DataFrame) -> list[HourGap]:
     """Hours whose rows (or a column's values) fell far below the reference's share; rows first, then columns."""
-    columns = [c for c in table.column_names if c != table.timestamp and c in batch.columns]
     if batch.empty or reference.empty:
         return []  # an empty batch is the row-count expectation's finding; no reference, nothing to compare
-    names = [ROWS, *columns]
+    columns = judged_columns(table, list(batch.columns))
     now = present_per_hour(batch, table.timestamp, columns)
-    past = present_per_hour(reference, table.timestamp, columns)
-    share = past / len(reference)  # the share of all reference rows that fell in the hour with a value
-    expected = share * len(batch)
+    return gaps_from_counts(columns, now, present_per_hour(reference, table.timestamp, columns))
+
+
+def gaps_from_counts(columns: list[str], now: np.ndarray, past: np.ndarray) -> list[HourGap]:
+    """hour_gaps from per-hour counts (24 x (1 + columns), rows first) that any engine may have counted."""
+    names = [ROWS, *columns]
+    if now[:, 0].sum() == 0 or past[:, 0].sum() == 0:
+        return []
+    batch_rows, reference_rows = int(now[:, 0].sum()), int(past[:, 0].sum())
+    share = past / reference_rows  # the share of all reference rows that fell in the hour with a value
+    expected = share * batch_rows
     low = (now < LOW * expected) & (expected >= MIN_EXPECTED)
-    significant = low & (binom.cdf(now, len(batch), share) < ALPHA)
+    significant = low & (binom.cdf(now, batch_rows, share) < ALPHA)
     gaps: list[HourGap] = []
     for hour, col in zip(*np.nonzero(significant), strict=True):
         if col > 0 and significant[hour, 0]:

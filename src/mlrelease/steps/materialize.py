@@ -15,6 +15,7 @@ from mlrelease.feast_store import open_store
 from mlrelease.quality.ledger import PartitionFile, ledger
 from mlrelease.settings import Settings
 from mlrelease.sources import read_schema, read_window, window_partitions
+from mlrelease.spark.session import start_engine
 from mlrelease.timewindow import Window
 from mlrelease.watermarks import WatermarkStore
 
@@ -88,6 +89,7 @@ def scan_view(view: Any, window: Window) -> ViewScan:
 def materialize(settings: Settings, window: Window, overlap: timedelta) -> dict[str, Any]:
     """Materialize [start - overlap, end) for every feature view; rerunning the same window is a no-op upsert."""
     began = time.perf_counter()
+    start_engine(settings)  # Spark: the session on the configured master, before Feast would build its own
     store = open_store(settings)
     views = [v for v in store.list_feature_views() if v.online]
     if not views:

@@ -15,34 +15,22 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import date, timedelta
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import Any, Protocol
 
 from mlrelease.data.schema import TABLES, Table
 from mlrelease.errors import GateFailed, StepError
 from mlrelease.model.training_data import training_window
-from mlrelease.quality.contract import contract_problems
-from mlrelease.quality.derived import (
-    REFERENCES,
-    TEMPORAL_REFERENCES,
-    History,
-    content_hashes,
-    first_seen,
-    key_hashes,
-    row_hashes,
-    with_derived_columns,
-)
-from mlrelease.quality.drift import DEFAULT_PSI_THRESHOLD, psi
+from mlrelease.quality.drift import DEFAULT_PSI_THRESHOLD
 from mlrelease.quality.findings import entries, failure_line
 from mlrelease.quality.gx_project import GxProject
-from mlrelease.quality.hourly import hour_gaps
+from mlrelease.quality.hourly import gaps_from_counts
 from mlrelease.quality.ledger import PartitionFile, ledger
-from mlrelease.quality.parameters import suite_parameters
-from mlrelease.quality.partitions import LoadedPartition, Slice, read_partition, rows_between, run_slices, same_hours
+from mlrelease.quality.pandas_tables import PandasTableCheck
+from mlrelease.quality.parameters import parameters_from
+from mlrelease.quality.partitions import Slice, run_slices
 from mlrelease.settings import REPO_ROOT, Settings
 from mlrelease.sources import partition_file
+from mlrelease.spark.session import data_engine
 from mlrelease.storage import write_json_atomic
 from mlrelease.timewindow import Window, run_key
 
@@ -69,86 +57,41 @@ def _scope_days(table: Table, settings: Settings, load: Window, training: Window
     return sorted(days)
 
 
-class TableCheck:
-    """Everything validate-data reads of one table: its run slices, the reference days, earlier keys."""
+class TableCheck(Protocol):
+    """What validate-data asks of one table on an engine (quality/pandas_tables.py, quality/spark_tables.py)."""
 
-    def __init__(self, table: Table, settings: Settings, slices: list[Slice], reference_days: list[date]) -> None:
-        self.table = table
-        self.slices = slices
-        wanted = sorted({*reference_days, *(s.partition.day for s in slices)})
-        self.loaded: dict[date, LoadedPartition] = {}
-        for day in wanted:
-            path = partition_file(settings.offline_dir / table.name, day)
-            if path.is_file():
-                self.loaded[day] = read_partition(PartitionFile(table.name, day, path), table.timestamp)
-        self.contract = {day: contract_problems(table, lp.schema) for day, lp in self.loaded.items()}
-        # A day in scope may be another day's reference (a first run checks a week of history at once); a
-        # slice is never compared with itself (see `reference`).
-        self.reference_days = [d for d in reference_days if d in self.loaded and not self.contract[d]]
-        self._hashes: dict[date, tuple[np.ndarray, np.ndarray, np.ndarray | None]] = {}
+    table: Table
+    slices: list[Slice]
+    reference_days: list[date]
+    contract: dict[date, list[tuple[str, str]]]
 
-    def hashes(self, day: date) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Key, row and (event tables) content hashes of one loaded, contract-clean partition (cached)."""
-        if day not in self._hashes:
-            table, frame = self.table, self.loaded[day].frame
-            content = content_hashes(table, frame) if table.unique_key else None
-            self._hashes[day] = (key_hashes(table, frame), row_hashes(table, frame), content)
-        return self._hashes[day]
-
-    def earlier(self, day: date) -> History:
-        """Key, row and content hashes of every clean loaded partition before `day`."""
-        days = [d for d in self.loaded if d < day and not self.contract[d]]
-        triples = [self.hashes(d) for d in days]
-        return History(
-            keys=[k for k, _, _ in triples],
-            rows=[r for _, r, _ in triples],
-            contents=[c for _, _, c in triples if c is not None],
-        )
-
-    def _clean_until(self, day: date) -> list[pd.DataFrame]:
-        return [lp.frame for d, lp in self.loaded.items() if d <= day and not self.contract[d]]
-
-    def keys_until(self, day: date) -> np.ndarray:
-        """Every key this table published up to and including `day` (what a foreign key may point at)."""
-        keys = [frame[self.table.key].to_numpy() for frame in self._clean_until(day)]
-        return np.concatenate(keys) if keys else np.array([], dtype="int64")
-
-    def since_until(self, day: date) -> pd.Series:
-        """Each key's first event time over the partitions up to and including `day`."""
-        return first_seen(self.table, self._clean_until(day))
-
-    def reference(self, hours: tuple[float, float], day: date) -> tuple[pd.DataFrame, list[int]]:
-        """The other reference days' rows over the same hours of the day, pooled, and each day's count."""
-        days = [d for d in self.reference_days if d != day]
-        frames = [same_hours(self.loaded[d].frame, self.table.timestamp, d, hours) for d in days]
-        pooled = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        return pooled, [len(f) for f in frames]
+    def sha256(self, day: date) -> str: ...
+    def rows_in_file(self, day: date) -> int: ...
+    def slice_data(self, piece: Slice, known: dict[str, Any]) -> Any: ...
+    def interval_drift(self, window: Window, reference: Window, threshold: float) -> dict[str, Any]: ...
+    def changed_since_read(self) -> list[str]: ...
 
 
-def _drift(table: Table, current: pd.DataFrame, reference: pd.DataFrame, threshold: float) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for column in table.drift_columns:
-        try:
-            value = psi(
-                pd.to_numeric(reference[column], errors="coerce").to_numpy(),
-                pd.to_numeric(current[column], errors="coerce").to_numpy(),
-            )
-        except ValueError:
-            value = float("inf")
-        out[column] = {"psi": value, "threshold": threshold, "ok": value <= threshold, "rows": len(current)}
-    return out
+def _table_checks(settings: Settings, engine: str) -> Any:
+    """The engine's TableCheck constructor (the Spark one bound to a session on the configured master)."""
+    if engine == "pandas":
+        return PandasTableCheck
+    from mlrelease.quality.spark_tables import SparkTableCheck
+    from mlrelease.spark.session import spark_session
+
+    session = spark_session(settings)
+    return lambda *args: SparkTableCheck(session, *args)
 
 
 def _check_slice(
-    check: TableCheck, piece: Slice, project: GxProject, known: dict[str, TableCheck], key: str, threshold: float
+    check: TableCheck, piece: Slice, project: GxProject, known: dict[str, Any], key: str, threshold: float
 ) -> dict[str, Any]:
-    """Contract, suite and drift of one partition's rows of this run."""
+    """Contract, suite, drift and per-hour completeness of one partition's rows of this run."""
     table, pf = check.table, piece.partition
     label = f"date={pf.day.isoformat()}"
-    loaded = check.loaded[pf.day]
     report: dict[str, Any] = {
-        "sha256": loaded.sha256,
-        "rows_in_file": len(loaded.frame),
+        "sha256": check.sha256(pf.day),
+        "rows_in_file": check.rows_in_file(pf.day),
         "expectations": [],
         "drift": {},
     }
@@ -157,60 +100,32 @@ def _check_slice(
         report["failures"] = [f"{table.name}.{col} {label}: {text}" for col, text in problems]
         report["success"] = False
         return report
-    frame = loaded.frame
-    begin = pd.Timestamp(pf.day, tz="UTC")
-    in_day = rows_between(frame, table.timestamp, begin, begin + pd.Timedelta(days=1))
-    in_run = rows_between(frame, table.timestamp, piece.start, piece.end)
-    # Misfiled rows (outside the partition's day) stay in the batch so the suite sees and names them.
-    batch_rows = frame[in_run | ~in_day]
-    report["outside_run_rows"] = int((in_day & ~in_run).sum())  # for earlier or later runs: counted, not checked
-    history = check.earlier(pf.day)
-    if table.name == "orders":
-        history.known_keys = {ref: known[ref].keys_until(pf.day) for ref in REFERENCES.values()}
-        temporal = [REFERENCES[column] for column in TEMPORAL_REFERENCES]
-        history.since = {ref: known[ref].since_until(pf.day) for ref in temporal}
-    batch = with_derived_columns(table, batch_rows.reset_index(drop=True), pf.day, history)
-    reference, counts = check.reference(piece.hours, pf.day)
-    parameters = suite_parameters(project.suite(table.name), batch, reference, counts)
-    result = project.validate(table.name, batch, parameters, run_name=f"{key} {table.name} {label}")
-    report["rows"] = len(batch)
+    data = check.slice_data(piece, known)
+    report["outside_run_rows"] = data.outside_run_rows  # for earlier or later runs: counted, not checked
+    parameters = parameters_from(project.suite(table.name), data.rows, data.reference, data.counts)
+    result = project.validate(table.name, data.batch, parameters, run_name=f"{key} {table.name} {label}")
+    report["rows"] = data.rows
     report["expectations"] = entries(result)
     report["parameters"] = parameters
-    if len(batch) >= MIN_DRIFT_ROWS and not reference.empty:
-        report["drift"] = _drift(table, batch, reference, threshold)
-    gaps = hour_gaps(table, frame[in_run], reference)  # the run's rows of the day, hour by hour
+    if data.rows >= MIN_DRIFT_ROWS and not data.reference.empty:
+        report["drift"] = data.drift(threshold)
+    gaps = gaps_from_counts(*data.hour_counts())  # the run's rows of the day, hour by hour
     report["hour_gaps"] = [asdict(g) for g in gaps]
     # An empty batch has no spread or mean: its row-count finding says all there is to say.
     report["failures"] = [
         failure_line(table.name, label, e)
         for e in report["expectations"]
-        if not e["success"] and (len(batch) or e["type"] in ROW_WISE_OR_COUNT)
+        if not e["success"] and (data.rows or e["type"] in ROW_WISE_OR_COUNT)
     ]
     report["failures"] += [
         f"{table.name}.{col} {label}: drift PSI {d['psi']:.3f} > {d['threshold']} against the same hours of "
-        f"{len(counts)} reference days ({d['rows']} rows)"
+        f"{len(data.counts)} reference days ({d['rows']} rows)"
         for col, d in report["drift"].items()
         if not d["ok"]
     ]
-    report["failures"] += [g.line(table.name, label, len(counts)) for g in gaps]
+    report["failures"] += [g.line(table.name, label, len(data.counts)) for g in gaps]
     report["success"] = not report["failures"]
     return report
-
-
-def _interval_drift(check: TableCheck, window: Window, reference: Window, threshold: float) -> dict[str, Any]:
-    """PSI of the run's whole interval against the reference window (same hours of the day, larger samples)."""
-    ts = check.table.timestamp
-
-    def rows(days: list[date], span: Window) -> pd.DataFrame:
-        frames = [check.loaded[d].frame for d in days if d in check.loaded and not check.contract[d]]
-        frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[ts])
-        return frame[rows_between(frame, ts, span.start, span.end)] if len(frame) else frame
-
-    current = rows([s.partition.day for s in check.slices], window)
-    past = rows(check.reference_days, reference)
-    if current.empty or past.empty:
-        return {}
-    return _drift(check.table, current, past, threshold)
 
 
 def validate_data(
@@ -230,11 +145,13 @@ def validate_data(
     ref_days = [first - timedelta(days=i) for i in range(reference_days, 0, -1)]
     key = run_key(window.end)
     out_dir = settings.artifacts_dir / key / "data_quality"
+    engine = data_engine(settings)
+    table_check = _table_checks(settings, engine)
     checks: dict[str, TableCheck] = {}
     for name in ORDER:
         table = TABLES[name]
         slices = run_slices(settings.offline_dir / name, name, _scope_days(table, settings, load, training), scope)
-        checks[name] = check = TableCheck(table, settings, slices, ref_days)
+        checks[name] = check = table_check(table, settings, slices, ref_days)
         if reference_days and len(check.reference_days) < MIN_REFERENCE_COVERAGE * reference_days:
             raise StepError(
                 f"no reference data for {name}: only {len(check.reference_days)} of the {reference_days} days "
@@ -242,7 +159,7 @@ def validate_data(
                 "--reference-days 0 to validate without history"
             )
 
-    project = GxProject(GX_PROJECT, out_dir / "gx_project")
+    project = GxProject(GX_PROJECT, out_dir / "gx_project", engine)
     partitions: dict[str, Any] = {}
     tables: dict[str, Any] = {}
     failures: list[str] = []
@@ -256,7 +173,7 @@ def validate_data(
                 **report,
             }
             failures += report["failures"]
-        interval = _interval_drift(check, window, reference, psi_threshold) if reference else {}
+        interval = check.interval_drift(window, reference, psi_threshold) if reference else {}
         failures += [
             f"{name}.{col} interval: drift PSI {d['psi']:.3f} > {d['threshold']} over [{window.start}, {window.end})"
             for col, d in interval.items()
@@ -285,6 +202,7 @@ def validate_data(
     docs = project.build_docs()
     summary = {
         "success": not failures,
+        "engine": engine,
         "window": {"start": window.start.isoformat(), "end": window.end.isoformat()},
         "load_window": {"start": load.start.isoformat(), "end": load.end.isoformat()},
         "reference_days": [d.isoformat() for d in ref_days],
@@ -296,6 +214,10 @@ def validate_data(
     write_json_atomic(out_dir / "validation.json", summary)
     validated = [s.partition for c in checks.values() for s in c.slices]
     book = ledger(settings.home)
+    changed = [name for c in checks.values() for name in c.changed_since_read()]
+    if changed:  # the engine read other bytes than the digest names: approve nothing, a retry checks them again
+        book.revoke(validated)
+        raise StepError(f"source partitions changed while they were validated: {', '.join(changed)}; rerun the step")
     if failures:
         book.revoke(validated)
         shown = "; ".join(failures[:4]) + (f"; and {len(failures) - 4} more" if len(failures) > 4 else "")
@@ -303,6 +225,7 @@ def validate_data(
     book.approve(validated, {p: partitions[p]["sha256"] for p in partitions}, key)
     return {
         "success": True,
+        "engine": engine,
         "data_docs": str(docs),
         "validation": str(out_dir / "validation.json"),
         "partitions": sorted(partitions),

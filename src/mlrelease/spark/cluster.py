@@ -1,0 +1,153 @@
+"""A real standalone Spark cluster on this machine: one master and N workers, started from the pyspark package.
+
+pyspark ships Spark's jars and `bin/spark-class` but not `sbin/start-master.sh`, so the daemons are started
+directly (`spark-class org.apache.spark.deploy.master.Master`, `... worker.Worker`), each its own process
+group, and stopped by PID. The master's `/json/` page says when the workers have registered. Used by the
+tests and the benchmark; production points `spark.master` at its own cluster instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlrelease.errors import StepError
+
+JAVA_17 = "/usr/lib/jvm/java-17-openjdk-amd64"  # Debian's openjdk-17-jre-headless (Spark 4 needs Java 17+)
+
+
+def java_home() -> str:
+    """JAVA_HOME for Spark: the environment's, else Debian's Java 17; a clear error when there is none."""
+    home = os.environ.get("JAVA_HOME") or (JAVA_17 if Path(JAVA_17, "bin/java").is_file() else "")
+    if not home:
+        java = shutil.which("java")
+        if java is None:
+            raise StepError("Spark needs Java 17 or newer: apt-get install openjdk-17-jre-headless (or set JAVA_HOME)")
+        home = str(Path(java).resolve().parent.parent)
+    return home
+
+
+def spark_home() -> Path:
+    """Where the pyspark package keeps Spark (its jars and bin/spark-class)."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (the daemons bind it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalSparkCluster:
+    """A standalone master and `workers` workers on loopback, each worker with `cores` and `memory`."""
+
+    workdir: Path
+    workers: int = 2
+    cores: int = 1
+    memory: str = "1g"
+    host: str = "127.0.0.1"
+    port: int = field(default_factory=free_port)
+    webui_port: int = field(default_factory=free_port)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def master_url(self) -> str:
+        """The URL drivers connect to: spark://host:port."""
+        return f"spark://{self.host}:{self.port}"
+
+    @property
+    def webui_url(self) -> str:
+        """The master's web UI (its `/json/` page lists the alive workers)."""
+        return f"http://{self.host}:{self.webui_port}"
+
+    def _env(self) -> dict[str, str]:
+        home = spark_home()
+        return {
+            **os.environ,
+            "JAVA_HOME": java_home(),
+            "SPARK_HOME": str(home),
+            "SPARK_LOG_DIR": str(self.workdir / "logs"),
+            "SPARK_WORKER_DIR": str(self.workdir / "work"),
+            # Daemons stay small: the master and each worker's own JVM need little heap.
+            "SPARK_DAEMON_MEMORY": "256m",
+            "SPARK_LOCAL_IP": self.host,
+        }
+
+    def _daemon(self, name: str, args: list[str]) -> None:
+        log = (self.workdir / f"{name}.log").open("wb")
+        spark_class = str(spark_home() / "bin" / "spark-class")
+        proc = subprocess.Popen(
+            [spark_class, *args], env=self._env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.processes.append(proc)
+
+    def start(self, timeout_s: float = 90.0) -> LocalSparkCluster:
+        """Start the master and the workers; return once every worker is ALIVE on the master."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        master = "org.apache.spark.deploy.master.Master"
+        self._daemon(
+            "master", [master, "--host", self.host, "--port", str(self.port), "--webui-port", str(self.webui_port)]
+        )
+        for i in range(self.workers):
+            args = ["org.apache.spark.deploy.worker.Worker", self.master_url, "--cores", str(self.cores)]
+            args += ["--memory", self.memory, "--webui-port", str(free_port()), "--host", self.host]
+            self._daemon(f"worker-{i}", args)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            dead = [str(p.args) for p in self.processes if p.poll() is not None]
+            if dead:
+                self.stop()
+                raise StepError(f"a Spark daemon exited at start ({dead[0]}); see its log in {self.workdir}")
+            if len(self.alive_workers()) == self.workers:
+                return self
+            time.sleep(0.5)
+        self.stop()
+        raise StepError(f"the Spark cluster at {self.master_url} did not get {self.workers} workers in {timeout_s} s")
+
+    def state(self) -> dict[str, Any]:
+        """The master's JSON status page ({} while it is not up)."""
+        try:
+            with urllib.request.urlopen(f"{self.webui_url}/json/", timeout=2) as reply:
+                return dict(json.load(reply))
+        except OSError:
+            return {}
+
+    def alive_workers(self) -> list[dict[str, Any]]:
+        """The workers the master lists as ALIVE."""
+        return [w for w in self.state().get("workers") or [] if w.get("state") == "ALIVE"]
+
+    def stop(self) -> None:
+        """Stop every daemon by its process group (the JVM and anything it started); waits for them."""
+        for proc in reversed(self.processes):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    continue
+        for proc in self.processes:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.processes.clear()
+
+    def __enter__(self) -> LocalSparkCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
