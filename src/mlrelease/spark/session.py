@@ -85,11 +85,13 @@ def spark_session(settings: Settings) -> SparkSession:
     from mlrelease.spark.cluster import java_home
 
     os.environ.setdefault("JAVA_HOME", java_home())
+    # Executors run Python (Feast's online writes) with this interpreter unless the YAML names another; pyspark's
+    # SparkContext reads PYSPARK_PYTHON, not the spark.pyspark.python setting.
+    os.environ.setdefault("PYSPARK_PYTHON", conf.get("spark.pyspark.python", sys.executable))
     from pyspark.sql import SparkSession
 
     builder: Any = SparkSession.builder
-    # Executors run Python (Feast's online writes) with this interpreter unless the YAML names another.
-    for key, value in {"spark.pyspark.python": sys.executable, **conf, **REQUIRED_CONF}.items():
+    for key, value in {**conf, **REQUIRED_CONF}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     running = session.sparkContext.master
