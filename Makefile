@@ -131,6 +131,7 @@ lint: setup
 bench: setup
 	python bench/bench_materialize.py
 	python bench/bench_validate_data.py
+	python bench/bench_data_engines.py
 	python bench/bench_dag_parse.py
 	python bench/bench_serving.py
 	python bench/bench_gateway.py

@@ -19,6 +19,8 @@ if [ "$purpose" = test ]; then
   command -v chromium > /dev/null 2>&1 || need+=(chromium)
   command -v promtool > /dev/null 2>&1 || need+=(prometheus)
   command -v npm > /dev/null 2>&1 || need+=(nodejs npm)
+  # Java 17: the local Spark cluster (master, workers, executors and the driver are JVMs; Spark 4 needs 17+).
+  compgen -G "/usr/lib/jvm/java-17-openjdk-*/bin/java" > /dev/null || need+=(openjdk-17-jre-headless)
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then

@@ -111,6 +111,7 @@ def receiver() -> Iterator[Receiver]:
 LONGEST_FIRST = (
     "tests/e2e/test_airflow_live.py",  # two whole nights on a real scheduler, the second with a staged rollout
     "tests/integration/test_rollout.py",
+    "tests/integration/test_spark_engine.py",  # a local Spark cluster: the data half twice, a corrupted night twice
     "tests/integration/test_model_path.py",
     "tests/integration/test_second_model.py",
     "tests/e2e/test_new_model.py",

@@ -22,12 +22,13 @@ from typing import Any
 
 from mlrelease.errors import StepError
 
-JAVA_17 = "/usr/lib/jvm/java-17-openjdk-amd64"  # Debian's openjdk-17-jre-headless (Spark 4 needs Java 17+)
+JAVA_17 = "/usr/lib/jvm/java-17-openjdk-*"  # Debian's openjdk-17-jre-headless, any architecture (Spark 4: 17+)
 
 
 def java_home() -> str:
     """JAVA_HOME for Spark: the environment's, else Debian's Java 17; a clear error when there is none."""
-    home = os.environ.get("JAVA_HOME") or (JAVA_17 if Path(JAVA_17, "bin/java").is_file() else "")
+    debian = sorted(p.parent.parent for p in Path("/").glob(JAVA_17.lstrip("/") + "/bin/java"))
+    home = os.environ.get("JAVA_HOME") or (str(debian[0]) if debian else "")
     if not home:
         java = shutil.which("java")
         if java is None:
@@ -62,6 +63,7 @@ class LocalSparkCluster:
     port: int = field(default_factory=free_port)
     webui_port: int = field(default_factory=free_port)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    worker_ui_ports: list[int] = field(default_factory=list)
 
     @property
     def master_url(self) -> str:
@@ -104,7 +106,8 @@ class LocalSparkCluster:
         )
         for i in range(self.workers):
             args = ["org.apache.spark.deploy.worker.Worker", self.master_url, "--cores", str(self.cores)]
-            args += ["--memory", self.memory, "--webui-port", str(free_port()), "--host", self.host]
+            self.worker_ui_ports.append(free_port())
+            args += ["--memory", self.memory, "--webui-port", str(self.worker_ui_ports[-1]), "--host", self.host]
             self._daemon(f"worker-{i}", args)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -129,6 +132,15 @@ class LocalSparkCluster:
     def alive_workers(self) -> list[dict[str, Any]]:
         """The workers the master lists as ALIVE."""
         return [w for w in self.state().get("workers") or [] if w.get("state") == "ALIVE"]
+
+    def executors_of(self, app_id: str) -> list[str]:
+        """`<worker id>/<executor id>` of every executor the workers run for the application `app_id`."""
+        found = []
+        for port in self.worker_ui_ports:
+            with urllib.request.urlopen(f"http://{self.host}:{port}/json/", timeout=5) as reply:
+                worker = json.load(reply)
+            found += [f"{worker['id']}/{e['id']}" for e in worker.get("executors", []) if e.get("appid") == app_id]
+        return sorted(found)
 
     def stop(self) -> None:
         """Stop every daemon by its process group (the JVM and anything it started); waits for them."""
