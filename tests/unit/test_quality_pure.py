@@ -230,7 +230,12 @@ def test_an_hour_without_rows_or_without_a_column_is_named_and_noise_is_not():
     outage = today.assign(declared_value=today["declared_value"].where(today["event_timestamp"].dt.hour != 9))
     (gap,) = hour_gaps(PACKAGES, outage, reference)
     assert (gap.column, gap.hour, gap.present) == ("declared_value", 9, 0)
-    assert re.search(r"0 values, 2\d\.\d expected \(9\d % of that hour's rows had one\)$", gap.line("p", "d", 7))
+    rows_then = int(today["event_timestamp"].dt.hour.eq(9).sum())  # a column is judged on the rows that arrived
+    assert gap.expected == pytest.approx(rows_then * gap.reference_share) and 0.9 < gap.reference_share < 1
+    assert re.search(r"0 values, \d+\.\d expected \(9\d % of that hour's rows had one\)$", gap.line("p", "d", 7))
+    # Half an hour's rows lost and the rest complete: the rows are short, no column is blamed for it.
+    half = today[~(today["event_timestamp"].dt.hour.eq(9) & today["event_timestamp"].dt.minute.lt(45))]
+    assert [g.column for g in hour_gaps(PACKAGES, half, reference)] == [ROWS]
 
 
 def test_hour_gaps_stay_quiet_on_clean_days_and_thin_hours():

@@ -32,7 +32,7 @@ class HourGap:
     hour: int
     present: int
     expected: float
-    reference_share: float  # share of the reference's rows in that hour that had a value
+    reference_share: float  # share of the reference's rows in that hour that had a value (1.0 for rows)
 
     def line(self, table: str, partition: str, reference_days: int) -> str:
         """The finding's one line, worded like the suite's: table.column partition: expected ...; observed."""
@@ -69,27 +69,31 @@ def hour_gaps(table: Table, batch: pd.DataFrame, reference: pd.DataFrame) -> lis
 
 
 def gaps_from_counts(columns: list[str], now: np.ndarray, past: np.ndarray) -> list[HourGap]:
-    """hour_gaps from per-hour counts (24 x (1 + columns), rows first) that any engine may have counted."""
+    """hour_gaps from per-hour counts (24 x (1 + columns), rows first) that any engine may have counted.
+
+    Rows: each of the batch's rows falls in hour h with the reference's share of rows in h. A column's values:
+    each row present in hour h has a value with the reference's share in that same hour (so an hour that lost
+    its rows is the rows' finding only, and a column is judged against the rows that did arrive).
+    """
     names = [ROWS, *columns]
-    if now[:, 0].sum() == 0 or past[:, 0].sum() == 0:
-        return []
     batch_rows, reference_rows = int(now[:, 0].sum()), int(past[:, 0].sum())
-    share = past / reference_rows  # the share of all reference rows that fell in the hour with a value
-    expected = share * batch_rows
+    if batch_rows == 0 or reference_rows == 0:
+        return []
+    rows_then = past[:, :1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value_share = np.where(rows_then > 0, past[:, 1:] / rows_then, 0.0)
+    share = np.column_stack([past[:, 0] / reference_rows, value_share])
+    trials = np.column_stack([np.full(24, batch_rows), np.repeat(now[:, :1], len(columns), axis=1)])
+    expected = share * trials
     low = (now < LOW * expected) & (expected >= MIN_EXPECTED)
-    significant = low & (binom.cdf(now, batch_rows, share) < ALPHA)
-    gaps: list[HourGap] = []
-    for hour, col in zip(*np.nonzero(significant), strict=True):
-        if col > 0 and significant[hour, 0]:
-            continue  # lost rows empty every column of the hour: the rows' finding says it once
-        rows_then = past[hour, 0]
-        gaps.append(
-            HourGap(
-                column=names[col],
-                hour=int(hour),
-                present=int(now[hour, col]),
-                expected=float(expected[hour, col]),
-                reference_share=float(past[hour, col] / rows_then) if rows_then else 0.0,
-            )
+    significant = low & (binom.cdf(now, trials, share) < ALPHA)
+    return [
+        HourGap(
+            column=names[col],
+            hour=int(hour),
+            present=int(now[hour, col]),
+            expected=float(expected[hour, col]),
+            reference_share=float(share[hour, col]) if col else 1.0,
         )
-    return gaps
+        for hour, col in zip(*np.nonzero(significant), strict=True)
+    ]

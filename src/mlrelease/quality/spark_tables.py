@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import reduce
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mlrelease.data.schema import Table
+from mlrelease.errors import StepError
 from mlrelease.quality.contract import contract_problems
 from mlrelease.quality.derived import REFERENCES, TEMPORAL_REFERENCES
 from mlrelease.quality.drift import psi_from_counts
@@ -62,6 +64,14 @@ def _flag_unseen(batch: DataFrame, hashed: str, seen: DataFrame | None, flag: st
     known = seen.toDF("_seen").distinct().withColumn("_hit", F.lit(True))
     joined = batch.join(known, batch[hashed] == known["_seen"], "left")
     return joined.withColumn(flag, F.col("_hit").isNull()).drop("_seen", "_hit")
+
+
+def _schema(table: str, day: date, path: Path) -> pa.Schema:
+    """The partition's parquet schema; an unreadable file is the pandas engine's error, naming it (exit 2)."""
+    try:
+        return pq.read_schema(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise StepError(f"{table}/date={day}: partition is unreadable ({path}): {exc}") from None
 
 
 def spark_problems(schema: pa.Schema) -> list[tuple[str, str]]:
@@ -213,7 +223,7 @@ class SparkTableCheck:
         self.paths = {d: p for d, p in self.paths.items() if p.is_file()}
         # Digest and schema before Spark reads a byte; `changed_since_read` compares the digest afterwards.
         self.digests = {d: sha256(p) for d, p in self.paths.items()}
-        schemas = {d: pq.read_schema(p) for d, p in self.paths.items()}
+        schemas = {d: _schema(table.name, d, p) for d, p in self.paths.items()}
         self.contract = {d: contract_problems(table, sc) or spark_problems(sc) for d, sc in schemas.items()}
         self.frames: dict[date, DataFrame] = {
             d: session.read.parquet(str(p)).withColumn(ROW, F.monotonically_increasing_id())
