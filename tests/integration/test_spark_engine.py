@@ -57,6 +57,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSparkClus
         mp.setenv("SPARK_LOCAL_IP", "127.0.0.1")  # the driver, like the daemons, on loopback
         with LocalSparkCluster(tmp_path_factory.mktemp("spark"), workers=2, cores=1, memory="1g") as running:
             yield running
+            from pyspark.sql import SparkSession
+
+            # The driver lives in this test process: stop it before its master goes, or it keeps retrying the
+            # master (a third of a core) while the rest of the suite runs on this worker.
+            session = SparkSession.getActiveSession()
+            if session is not None:
+                session.stop()
 
 
 def _home(

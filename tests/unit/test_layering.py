@@ -53,6 +53,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             }
         ),
     ),
+    ("spark: the data half's engine session and local cluster", frozenset({"spark"})),
     ("data", frozenset({"data"})),
     ("quality", frozenset({"quality"})),
     ("model, serving, verdicts", frozenset({"model", "serving", "verdicts"})),
