@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -214,4 +213,3 @@ def test_an_unreachable_master_is_named_and_nothing_is_read_or_written(
         with pytest.raises(StepError, match=re.escape(f"the Spark master {url} cannot be reached")):
             validate_data(settings, TONIGHT, overlap=OVERLAP)
         assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
-        assert os.environ["MLRELEASE_SPARK_MASTER"] == url

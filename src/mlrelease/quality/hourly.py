@@ -59,13 +59,20 @@ def judged_columns(table: Table, present: list[str]) -> list[str]:
     return [c for c in table.column_names if c != table.timestamp and c in present]
 
 
-def hour_gaps(table: Table, batch: pd.DataFrame, reference: pd.DataFrame) -> list[HourGap]:
-    """Hours whose rows (or a column's values) fell far below the reference's share; rows first, then columns."""
+def frame_hour_counts(
+    table: Table, batch: pd.DataFrame, reference: pd.DataFrame
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The judged columns and the per-hour counts of a pandas batch and of its reference (gaps_from_counts' input)."""
     if batch.empty or reference.empty:
-        return []  # an empty batch is the row-count expectation's finding; no reference, nothing to compare
+        return [], np.zeros((24, 1), dtype="int64"), np.zeros((24, 1), dtype="int64")
     columns = judged_columns(table, list(batch.columns))
-    now = present_per_hour(batch, table.timestamp, columns)
-    return gaps_from_counts(columns, now, present_per_hour(reference, table.timestamp, columns))
+    ts = table.timestamp
+    return columns, present_per_hour(batch, ts, columns), present_per_hour(reference, ts, columns)
+
+
+def hour_gaps(table: Table, batch: pd.DataFrame, reference: pd.DataFrame) -> list[HourGap]:
+    """Hours whose rows (or a column's values) fell far below the reference's share (pandas frames)."""
+    return gaps_from_counts(*frame_hour_counts(table, batch, reference))
 
 
 def gaps_from_counts(columns: list[str], now: np.ndarray, past: np.ndarray) -> list[HourGap]:

@@ -27,7 +27,7 @@ from mlrelease.quality.derived import (
     with_derived_columns,
 )
 from mlrelease.quality.drift import psi
-from mlrelease.quality.hourly import judged_columns, present_per_hour
+from mlrelease.quality.hourly import frame_hour_counts
 from mlrelease.quality.ledger import PartitionFile
 from mlrelease.quality.parameters import FrameStats, ReferenceStats
 from mlrelease.quality.partitions import LoadedPartition, Slice, read_partition, rows_between, same_hours
@@ -78,12 +78,7 @@ class PandasSlice:
 
     def hour_counts(self) -> tuple[list[str], np.ndarray, np.ndarray]:
         """The judged columns and the per-hour counts of this slice and of its reference."""
-        if self.in_run.empty or self.reference_rows.empty:
-            empty = np.zeros((24, 1), dtype="int64")
-            return [], empty, empty
-        columns = judged_columns(self.table, list(self.in_run.columns))
-        ts = self.table.timestamp
-        return columns, present_per_hour(self.in_run, ts, columns), present_per_hour(self.reference_rows, ts, columns)
+        return frame_hour_counts(self.table, self.in_run, self.reference_rows)
 
 
 class PandasTableCheck:

@@ -103,11 +103,3 @@ def spark_session(settings: Settings) -> SparkSession:
     for key, value in REQUIRED_CONF.items():
         session.conf.set(key, value)
     return session
-
-
-def executor_hosts(session: SparkSession) -> list[str]:
-    """host:port of every executor the driver knows (the driver itself excluded)."""
-    sc = session.sparkContext
-    driver = f"{sc.getConf().get('spark.driver.host')}:{sc.getConf().get('spark.driver.port')}"
-    statuses = sc._jsc.sc().getExecutorMemoryStatus().keySet().toList()  # noqa: SLF001 (no public API for it)
-    return sorted(h for h in (statuses.apply(i) for i in range(statuses.size())) if h != driver)
