@@ -6,6 +6,7 @@ import http.server
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -30,6 +31,7 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="mlrelease-airflow
 # The demo window used throughout: the nightly run whose data interval is [11-28 02:00, 11-29 02:00).
 WINDOW_START = "2026-11-28T02:00:00+00:00"
 WINDOW_END = "2026-11-29T02:00:00+00:00"
+RUN_KEY = "20261129T020000Z"  # its artifacts folder
 HISTORY = (date(2026, 11, 20), date(2026, 11, 29))
 ROWS_PER_DAY = 600
 
@@ -68,6 +70,53 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.fail("redis-server is not installed (apt-get install redis-server); the Redis tests need it")
     with redis_server(tmp_path_factory.mktemp("redis")) as (address, _):
         yield address
+
+
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+NIGHTLY_DAG = "nightly_release_parcel_eta"
+
+
+@pytest.fixture(scope="session")
+def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Airflow metadata DB migrated once per session; each test runs on its own copy."""
+    airflow_home = tmp_path_factory.mktemp("airflow-template")
+    env = {**os.environ, "AIRFLOW_HOME": str(airflow_home), "AIRFLOW_CONFIG": str(REPO / "airflow.cfg")}
+    subprocess.run(
+        [AIRFLOW, "db", "migrate"], env={**env, "MLRELEASE_REPO": str(REPO)}, check=True, capture_output=True
+    )
+    return airflow_home / "airflow.db"
+
+
+def run_nightly_dag(
+    home: Path, db: Path, webhook: str, *, mark_success: str | None = None, conf: dict | None = None
+) -> tuple[subprocess.CompletedProcess, dict]:
+    """`airflow dags test nightly_release_parcel_eta` for the demo interval, on a copy of `db`, with this process's
+    environment (its Feast YAML and engine included); returns the process and the step outcomes.
+
+    :param mark_success: a regex of task ids Airflow marks successful instead of running (`--mark-success-pattern`).
+    :param conf: the run's params, as the trigger form would pass them (`--conf`).
+    """
+    airflow_home = home / "airflow"
+    airflow_home.mkdir()
+    shutil.copy(db, airflow_home / "airflow.db")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW_CONFIG": str(REPO / "airflow.cfg"),
+        "MLRELEASE_REPO": str(REPO),
+        "MLRELEASE_HOME": str(home),
+        "MLRELEASE_TASK_RETRIES": "0",
+        "AIRFLOW_CONN_MLRELEASE_ALERTS": json.dumps({"conn_type": "http", "extra": {"url": webhook}}),
+    }
+    env.pop("MLRELEASE_XCOM_PATH", None)
+    extra = ["--mark-success-pattern", mark_success] if mark_success else []
+    extra += ["--conf", json.dumps(conf)] if conf else []
+    proc = subprocess.run(
+        [AIRFLOW, "dags", "test", NIGHTLY_DAG, WINDOW_END, *extra], env=env, capture_output=True, text=True, timeout=900
+    )
+    steps_dir = home / "artifacts" / "parcel_eta" / RUN_KEY / "steps"
+    outcomes = {p.stem: json.loads(p.read_text()) for p in steps_dir.glob("*.json")} if steps_dir.is_dir() else {}
+    return proc, outcomes
 
 
 class Receiver:

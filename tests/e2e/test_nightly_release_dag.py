@@ -6,50 +6,16 @@ the UI's form does it, in test_airflow_live.py.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from mlrelease.data.generate import generate
 from mlrelease.summary import TASK_ORDER
-from tests.conftest import HISTORY, REPO, ROWS_PER_DAY, WINDOW_END
+from tests.conftest import HISTORY, ROWS_PER_DAY, run_nightly_dag
 
 pytestmark = pytest.mark.e2e
-AIRFLOW = str(Path(sys.executable).parent / "airflow")
 ORDER = list(TASK_ORDER)
-RUN_DIR = "artifacts/parcel_eta/20261129T020000Z"
-
-
-def run_dag(home: Path, db: Path, webhook: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """`airflow dags test nightly_release_parcel_eta` for the demo interval; returns the process and step outcomes."""
-    airflow_home = home / "airflow"
-    airflow_home.mkdir()
-    shutil.copy(db, airflow_home / "airflow.db")
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(airflow_home),
-        "AIRFLOW_CONFIG": str(REPO / "airflow.cfg"),
-        "MLRELEASE_REPO": str(REPO),
-        "MLRELEASE_HOME": str(home),
-        "MLRELEASE_TASK_RETRIES": "0",
-        "AIRFLOW_CONN_MLRELEASE_ALERTS": json.dumps({"conn_type": "http", "extra": {"url": webhook}}),
-    }
-    env.pop("MLRELEASE_XCOM_PATH", None)
-    proc = subprocess.run(
-        [AIRFLOW, "dags", "test", "nightly_release_parcel_eta", WINDOW_END],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    steps_dir = home / RUN_DIR / "steps"
-    outcomes = {p.stem: json.loads(p.read_text()) for p in steps_dir.glob("*.json")} if steps_dir.is_dir() else {}
-    return proc, outcomes
 
 
 # Two corruptions of different kinds in one window, each in its own table: a value check of the GX suite
@@ -70,7 +36,7 @@ def test_corruptions_fail_at_their_gate_and_alert_once(home, migrated_airflow_db
         corrupted = home / f"corrupted-{mode}"
         generate(corrupted, HISTORY[1].replace(day=28), HISTORY[1], rows_per_day=ROWS_PER_DAY, seed=11, inject=mode)
         shutil.copytree(corrupted / table, offline / table, dirs_exist_ok=True)
-    proc, outcomes = run_dag(home, migrated_airflow_db, receiver.url)
+    proc, outcomes = run_nightly_dag(home, migrated_airflow_db, receiver.url)
     logs = proc.stdout + proc.stderr
     assert "state=failed" in logs, logs[-3000:]
     failed_task = "validate_data"

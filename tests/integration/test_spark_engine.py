@@ -1,9 +1,11 @@
 """The data half on a real local Spark cluster (a standalone master and two workers) against the pandas path.
 
-The same clean history is validated, materialized into a real Redis and turned into a training frame once by
-the embedded default (pandas, file offline store) and once with `feature_store.spark.yaml` (GX on Spark
-DataFrames, Feast's Spark offline store and `spark.engine`) on the cluster; every finding, row count and
-feature value must agree. A night corrupted four ways is stopped with the same lines by both engines.
+The nightly DAG runs its data half (apply_features, validate_data, materialize, check_freshness, train) with
+`feature_store.spark.yaml` (GX on Spark DataFrames, Feast's Spark offline store and `spark.engine`) on the cluster,
+each task a step process with its own Spark application; the same steps run in-process on the embedded default
+(pandas, file offline store) over the same history. Every finding, row count, online value and the trained model's
+holdout metrics must agree. A night corrupted four ways, with two contract breaks on top, is stopped with the same
+lines by both engines and nothing reaches Redis; a missing partition and an unreachable master are named.
 """
 
 from __future__ import annotations
@@ -22,15 +24,21 @@ import pytest
 
 from mlrelease.data.generate import generate
 from mlrelease.errors import GateFailed, StepError
+from mlrelease.exit_codes import STATUS_SUCCESS
 from mlrelease.settings import REPO_ROOT, Settings
 from mlrelease.spark.cluster import LocalSparkCluster, free_port
 from mlrelease.timewindow import Window
-from tests.conftest import ROWS_PER_DAY, WINDOW_END, WINDOW_START
+from tests.conftest import ROWS_PER_DAY, RUN_KEY, WINDOW_END, WINDOW_START, Receiver, run_nightly_dag
 
 pytestmark = pytest.mark.integration
 TONIGHT = Window.parse(WINDOW_START, WINDOW_END)
 OVERLAP = timedelta(hours=2)
 SPARK_YAML = REPO_ROOT / "feature_repo" / "feature_store.spark.yaml"
+# The DAG's data half; Airflow marks every later task (export, serving, benchmark, rollout) successful unrun.
+DATA_HALF = ("apply_features", "validate_data", "materialize", "check_freshness", "train")
+AFTER_THE_DATA_HALF = f"(?!(?:{'|'.join(DATA_HALF)})$).*"
+# One training day (the interval itself): validate-data then checks the interval's two days, as by hand.
+ONE_TRAINING_DAY = {"training_days": 1}
 # The four corruptions the gates learned last, one per day of a three-day training window plus tonight.
 CORRUPTED_DAYS = {
     date(2026, 11, 26): "republished_new_ids",
@@ -38,7 +46,11 @@ CORRUPTED_DAYS = {
     date(2026, 11, 28): "feed_outage",
     date(2026, 11, 29): "appended_twice",
 }
+# Bad input of the contract kind on top, one table of one day each: judged from the parquet footer on both engines.
+CONTRACT_BREAKS = {("routes", date(2026, 11, 26)): "schema", ("users", date(2026, 11, 27)): "naive_timestamps"}
 STOPPED_BY = {
+    "schema": r"routes\.distance_km date=2026-11-26: missing column distance_km",
+    "naive_timestamps": r"users\.event_timestamp date=2026-11-27: type timestamp\[us\] has no",
     "republished_new_ids": r"orders\.order_id date=2026-11-26: expected the rows are not copies under new keys",
     "packages_after_orders": r"orders\.package_id date=2026-11-27: expected every order's package has a row at or "
     r"before the order's event time",
@@ -77,6 +89,10 @@ def _home(
     mp.setenv("MLRELEASE_XCOM_PATH", str(root / "xcom" / "return.json"))
     mp.setenv("MLRELEASE_ONLINE_STORE", "redis")
     mp.setenv("MLRELEASE_REDIS_URL", redis_url)
+    # mlflow.set_tracking_uri exports the URI it was given: a step run in this process must not pick another
+    # home's registry (its own, under MLRELEASE_HOME, is the default)
+    for leaked in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
+        mp.delenv(leaked, raising=False)
     if engine == "spark":
         mp.setenv("FEAST_FS_YAML_FILE_PATH", str(SPARK_YAML))
         mp.setenv("MLRELEASE_SPARK_MASTER", master)
@@ -96,27 +112,59 @@ def _each_engine(
             yield engine, _home(root / engine, clean_offline, mp, redis_url, engine, cluster.master_url)
 
 
-def _data_half(settings: Settings) -> dict[str, Any]:
-    """apply-features, validate-data, materialize and the training frame, as the nightly DAG chains them."""
+def _online(settings: Settings) -> pd.DataFrame:
+    """The feature service's online values of the interval's last 40 orders' entities (read from Redis)."""
     from mlrelease.feast_store import open_store
-    from mlrelease.model.training_data import historical_frame
-    from mlrelease.steps.apply_features import apply_features
-    from mlrelease.steps.materialize import materialize
-    from mlrelease.steps.validate_data import validate_data
 
-    apply_features(settings)
-    validated = validate_data(settings, TONIGHT, overlap=OVERLAP)
-    loaded = materialize(settings, TONIGHT, OVERLAP)
-    training = historical_frame(settings, TONIGHT)  # the validated days: train reads nothing else
     orders = pd.read_parquet(settings.offline_dir / "orders" / "date=2026-11-28")
     rows = [
         {"user_id": int(r.user_id), "package_id": int(r.package_id), "route_id": int(r.route_id)}
         for r in orders.tail(40).itertuples()
     ]
     store = open_store(settings)
-    online = store.get_online_features(features=store.get_feature_service("parcel_eta_v1"), entity_rows=rows)
-    report = json.loads(Path(validated["validation"]).read_text())
-    return {"validation": report, "materialized": loaded, "training": training, "online": online.to_df()}
+    return store.get_online_features(features=store.get_feature_service("parcel_eta_v1"), entity_rows=rows).to_df()
+
+
+def _validation(settings: Settings) -> dict[str, Any]:
+    """The night's validation report."""
+    return dict(json.loads((settings.artifacts_dir / RUN_KEY / "data_quality" / "validation.json").read_text()))
+
+
+def _data_half_in_process(settings: Settings) -> dict[str, Any]:
+    """What the DAG's data-half tasks run, called in this process: validation, materialization, the training frame
+    and the candidate trained on it (one training day, as the DAG is triggered below)."""
+    from mlrelease.model.training_data import historical_frame
+    from mlrelease.steps.apply_features import apply_features
+    from mlrelease.steps.materialize import materialize
+    from mlrelease.steps.train import train
+    from mlrelease.steps.validate_data import validate_data
+
+    apply_features(settings)
+    validate_data(settings, TONIGHT, overlap=OVERLAP, **ONE_TRAINING_DAY)
+    return {
+        "materialized": materialize(settings, TONIGHT, OVERLAP),
+        "training": historical_frame(settings, TONIGHT),  # train's frame: one training day is the interval
+        "train": train(settings, TONIGHT, **ONE_TRAINING_DAY),
+        "validation": _validation(settings),
+        "online": _online(settings),
+    }
+
+
+def _data_half_by_the_dag(settings: Settings, db: Path, webhook: str) -> dict[str, Any]:
+    """The nightly DAG's data half through `airflow dags test` (every step a process of its own)."""
+    proc, outcomes = run_nightly_dag(
+        settings.home, db, webhook, mark_success=AFTER_THE_DATA_HALF, conf=ONE_TRAINING_DAY
+    )
+    logs = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "state=success" in logs, logs[-4000:]
+    assert {task: outcomes[task]["status"] for task in DATA_HALF} == dict.fromkeys(DATA_HALF, STATUS_SUCCESS)
+    assert set(outcomes) == set(DATA_HALF)  # Airflow ran nothing past train
+    return {
+        "materialized": outcomes["materialize"]["result"],
+        "train": outcomes["train"]["result"],
+        "validation": _validation(settings),
+        "online": _online(settings),
+    }
 
 
 def _same_observed(spark: str, pandas: str) -> bool:
@@ -147,38 +195,68 @@ def _same_report(pandas: dict[str, Any], spark: dict[str, Any]) -> None:
                 assert _same_observed(other["observed"], ours["observed"]), (name, ours, other)
 
 
-def test_the_data_half_on_the_cluster_gives_the_pandas_paths_results(
-    cluster: LocalSparkCluster, clean_offline: Path, redis_url: str, tmp_path: Path
+def test_the_nightly_dags_data_half_on_the_cluster_gives_the_pandas_paths_results(
+    cluster: LocalSparkCluster,
+    clean_offline: Path,
+    redis_url: str,
+    migrated_airflow_db: Path,
+    receiver: Receiver,
+    tmp_path: Path,
 ) -> None:
     results = {}
     for engine, settings in _each_engine(tmp_path, clean_offline, redis_url, cluster):
-        results[engine] = _data_half(settings)
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.getActiveSession()
-    assert session is not None and session.sparkContext.master == cluster.master_url
-    # The jobs ran on the workers' executors: each worker runs one for this application.
-    executors = cluster.executors_of(session.sparkContext.applicationId)
+        if engine == "pandas":
+            results[engine] = _data_half_in_process(settings)
+        else:
+            results[engine] = _data_half_by_the_dag(settings, migrated_airflow_db, receiver.url)
+    assert receiver.bodies == []  # no task failed: no alert
+    # Each step that reads the data ran as its own application on the master, its jobs on both workers' executors
+    # (a session that fell back to local mode would never show on the master's page).
+    apps = {app["name"]: app["id"] for app in cluster.applications()}
     workers = sorted(w["id"] for w in cluster.alive_workers())
-    assert sorted({e.split("/")[0] for e in executors}) == workers and len(executors) == 2
+    for step in ("validate-data", "materialize", "training-frame"):
+        app_id = apps.get(f"mlrelease parcel_eta {step}")
+        assert app_id is not None, (step, apps)
+        assert sorted({e.split("/")[0] for e in cluster.executors_of(app_id)}) == workers, (step, apps)
     pandas, spark = results["pandas"], results["spark"]
     assert spark["validation"]["engine"] == "spark" and pandas["validation"]["engine"] == "pandas"
     _same_report(pandas["validation"], spark["validation"])
     assert spark["materialized"]["views"].keys() == pandas["materialized"]["views"].keys()
     for view, loaded in pandas["materialized"]["views"].items():
         assert spark["materialized"]["views"][view]["rows_written"] == loaded["rows_written"] > 0
-    assert len(pandas["training"]) > 500
-    pd.testing.assert_frame_equal(spark["training"][pandas["training"].columns], pandas["training"], check_dtype=False)
     pd.testing.assert_frame_equal(spark["online"][pandas["online"].columns], pandas["online"], check_dtype=False)
+    # The same training frame: the same candidate, fitted with the same seed, scores the same on the same holdout.
+    assert len(pandas["training"]) > 500
+    assert spark["train"]["status"] == pandas["train"]["status"] == "registered as challenger"
+    assert spark["train"]["metrics"].keys() == pandas["train"]["metrics"].keys()
+    for name, value in pandas["train"]["metrics"].items():
+        assert spark["train"]["metrics"][name] == pytest.approx(value, rel=1e-9), name
 
 
-def _corrupt(offline: Path) -> None:
-    """Each day of CORRUPTED_DAYS rewritten with its own corruption (all four tables of that day)."""
+def _corrupt(offline: Path, scratch: Path) -> None:
+    """Each day of CORRUPTED_DAYS rewritten with its own corruption (all four tables of that day), then each table
+    of CONTRACT_BREAKS replaced by its broken version."""
     for day, mode in CORRUPTED_DAYS.items():
         generate(offline, day, day, rows_per_day=ROWS_PER_DAY, seed=11, inject=mode)
+    for (table, day), mode in CONTRACT_BREAKS.items():
+        generate(scratch / mode, day, day, rows_per_day=ROWS_PER_DAY, seed=11, inject=mode)
+        shutil.copytree(scratch / mode / table, offline / table, dirs_exist_ok=True)
 
 
-def test_four_corruptions_are_stopped_with_the_same_lines_on_both_engines(
+def _redis_digest(redis_url: str) -> str:
+    """Every key of the online store with its serialized value, hashed."""
+    import hashlib
+
+    import redis
+
+    client = redis.Redis.from_url(f"redis://{redis_url}")
+    digest = hashlib.sha256()
+    for key in sorted(client.keys("*")):
+        digest.update(key + (client.dump(key) or b""))
+    return digest.hexdigest()
+
+
+def test_four_corruptions_and_two_contract_breaks_are_stopped_with_the_same_lines_on_both_engines(
     cluster: LocalSparkCluster, clean_offline: Path, redis_url: str, tmp_path: Path
 ) -> None:
     from mlrelease.steps.apply_features import apply_features
@@ -188,17 +266,34 @@ def test_four_corruptions_are_stopped_with_the_same_lines_on_both_engines(
     findings = {}
     for engine, settings in _each_engine(tmp_path, clean_offline, redis_url, cluster):
         apply_features(settings)
-        _corrupt(settings.offline_dir)
+        _corrupt(settings.offline_dir, tmp_path / engine / "scratch")
+        before = _redis_digest(redis_url)
         with pytest.raises(GateFailed) as stopped:
             validate_data(settings, TONIGHT, overlap=OVERLAP, training_days=3)
         assert "\n" not in str(stopped.value)
         with pytest.raises(StepError, match="materialize reads only validated source partitions"):
             materialize(settings, TONIGHT, OVERLAP)
-        report = settings.artifacts_dir / "20261129T020000Z" / "data_quality" / "validation.json"
-        findings[engine] = json.loads(report.read_text())["failures"]
+        assert _redis_digest(redis_url) == before  # nothing reached the online store
+        findings[engine] = _validation(settings)["failures"]
     assert findings["spark"] == findings["pandas"]
     for mode, line in STOPPED_BY.items():
         assert any(re.search(line, f) for f in findings["spark"]), (mode, findings["spark"])
+
+
+def test_a_missing_partition_is_the_same_error_on_both_engines(
+    cluster: LocalSparkCluster, clean_offline: Path, redis_url: str, tmp_path: Path
+) -> None:
+    from mlrelease.steps.validate_data import validate_data
+
+    errors = {}
+    for engine, settings in _each_engine(tmp_path, clean_offline, redis_url, cluster):
+        shutil.rmtree(settings.offline_dir / "packages" / "date=2026-11-28")
+        with pytest.raises(StepError) as missing:  # exit 2 on either engine: rerun once the extract has landed
+            validate_data(settings, TONIGHT, overlap=OVERLAP)
+        errors[engine] = str(missing.value).replace(str(settings.home), "<home>")
+        assert not (settings.artifacts_dir / RUN_KEY / "data_quality").exists()
+    assert errors["spark"] == errors["pandas"]
+    assert errors["spark"].startswith("packages/date=2026-11-28: partition is missing (<home>/"), errors
 
 
 def test_an_unreachable_master_is_named_and_nothing_is_read_or_written(

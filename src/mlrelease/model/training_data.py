@@ -63,7 +63,8 @@ def historical_frame(settings: Settings, train_window: Window) -> pd.DataFrame:
         raise StepError(f"no orders in the training window [{train_window.start}, {train_window.end})")
     entity_df = orders[["order_id", *ENTITY_KEYS, "event_timestamp", TARGET]].copy()
     entity_df["event_timestamp"] = pd.to_datetime(entity_df["event_timestamp"], utc=True)
-    start_engine(settings)  # Spark: the session on the configured master, before Feast would build its own
+    # Spark: the session on the configured master, before Feast would build its own
+    start_engine(settings, "training-frame")
     store = open_store(settings)
     try:
         service = store.get_feature_service(FEATURE_SERVICE)

@@ -133,13 +133,19 @@ class LocalSparkCluster:
         """The workers the master lists as ALIVE."""
         return [w for w in self.state().get("workers") or [] if w.get("state") == "ALIVE"]
 
+    def applications(self) -> list[dict[str, Any]]:
+        """Every application the master has run or runs (`id`, `name`, `state`, ...), oldest first."""
+        state = self.state()
+        return sorted([*state.get("completedapps", []), *state.get("activeapps", [])], key=lambda a: a["starttime"])
+
     def executors_of(self, app_id: str) -> list[str]:
-        """`<worker id>/<executor id>` of every executor the workers run for the application `app_id`."""
+        """`<worker id>/<executor id>` of every executor the workers run or ran for the application `app_id`."""
         found = []
         for port in self.worker_ui_ports:
             with urllib.request.urlopen(f"http://{self.host}:{port}/json/", timeout=5) as reply:
                 worker = json.load(reply)
-            found += [f"{worker['id']}/{e['id']}" for e in worker.get("executors", []) if e.get("appid") == app_id]
+            executors = [*worker.get("executors", []), *worker.get("finishedexecutors", [])]
+            found += [f"{worker['id']}/{e['id']}" for e in executors if e.get("appid") == app_id]
         return sorted(found)
 
     def stop(self) -> None:

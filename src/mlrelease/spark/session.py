@@ -40,9 +40,9 @@ def data_engine(settings: Settings) -> str:
     return "spark" if offline_store_type(settings) == "spark" else "pandas"
 
 
-def start_engine(settings: Settings) -> SparkSession | None:
+def start_engine(settings: Settings, purpose: str) -> SparkSession | None:
     """Before Feast reads the offline store: the Spark session on the configured master, or None on pandas."""
-    return spark_session(settings) if data_engine(settings) == "spark" else None
+    return spark_session(settings, purpose) if data_engine(settings) == "spark" else None
 
 
 def master_addresses(master: str) -> list[tuple[str, int]]:
@@ -73,8 +73,18 @@ def check_reachable(master: str) -> None:
         raise StepError(f"the Spark master {master} cannot be reached ({'; '.join(errors)}); nothing was read")
 
 
-def spark_session(settings: Settings) -> SparkSession:
-    """The session on the configured master, built from the YAML's spark_conf; checked to run where it says."""
+def app_name(conf: dict[str, str], settings: Settings, purpose: str) -> str:
+    """The application's name on the master's page: the YAML's `spark.app.name`, the model and the step."""
+    model = settings.model or os.environ.get("MLRELEASE_MODEL", "")
+    return " ".join(part for part in (conf.get("spark.app.name", "mlrelease"), model, purpose) if part)
+
+
+def spark_session(settings: Settings, purpose: str) -> SparkSession:
+    """The session on the configured master, built from the YAML's spark_conf; checked to run where it says.
+
+    :param purpose: what the process reads it for (the step's name): part of the application's name, so an operator
+        tells the night's applications apart on the master's page (one per step process).
+    """
     conf = spark_conf(settings)
     if conf is None:
         raise StepError(f"{settings.feature_store_yaml} does not configure a Spark offline store")
@@ -91,7 +101,7 @@ def spark_session(settings: Settings) -> SparkSession:
     from pyspark.sql import SparkSession
 
     builder: Any = SparkSession.builder
-    for key, value in {**conf, **REQUIRED_CONF}.items():
+    for key, value in {**conf, **REQUIRED_CONF, "spark.app.name": app_name(conf, settings, purpose)}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     running = session.sparkContext.master

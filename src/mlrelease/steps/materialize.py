@@ -89,7 +89,8 @@ def scan_view(view: Any, window: Window) -> ViewScan:
 def materialize(settings: Settings, window: Window, overlap: timedelta) -> dict[str, Any]:
     """Materialize [start - overlap, end) for every feature view; rerunning the same window is a no-op upsert."""
     began = time.perf_counter()
-    start_engine(settings)  # Spark: the session on the configured master, before Feast would build its own
+    # Spark: the session on the configured master, before Feast would build its own
+    start_engine(settings, "materialize")
     store = open_store(settings)
     views = [v for v in store.list_feature_views() if v.online]
     if not views:

@@ -79,7 +79,7 @@ def _table_checks(settings: Settings, engine: str) -> Any:
     from mlrelease.quality.spark_tables import SparkTableCheck
     from mlrelease.spark.session import spark_session
 
-    session = spark_session(settings)
+    session = spark_session(settings, "validate-data")
     return lambda *args: SparkTableCheck(session, *args)
 
 
