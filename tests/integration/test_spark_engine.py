@@ -19,6 +19,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -308,3 +309,19 @@ def test_an_unreachable_master_is_named_and_nothing_is_read_or_written(
         with pytest.raises(StepError, match=re.escape(f"the Spark master {url} cannot be reached")):
             validate_data(settings, TONIGHT, overlap=OVERLAP)
         assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_order_statistics_are_the_sorted_samples_values(
+    cluster: LocalSparkCluster, clean_offline: Path, redis_url: str, tmp_path: Path
+) -> None:
+    # PSI's edges on Spark are numpy's, bit for bit, only if the fetched order statistics are the sorted values.
+    from mlrelease.quality.spark_tables import order_statistics
+    from mlrelease.spark.session import spark_session
+
+    rng = np.random.default_rng(5)
+    sample = np.round(rng.lognormal(1.0, 0.8, 5000), 1)  # long ties of one-decimal values
+    with pytest.MonkeyPatch.context() as mp:
+        session = spark_session(_home(tmp_path, clean_offline, mp, redis_url, "spark", cluster.master_url), "test")
+        frame = session.createDataFrame(pd.DataFrame({"v": sample})).repartition(4)
+        ranks = [0, 1, 499, 500, 2499, 2500, 4998, 4999]
+        assert order_statistics(frame, "v", ranks) == {r: float(np.sort(sample)[r]) for r in ranks}

@@ -23,7 +23,7 @@ from mlrelease.data.schema import Table
 from mlrelease.errors import StepError
 from mlrelease.quality.contract import contract_problems
 from mlrelease.quality.derived import REFERENCES, TEMPORAL_REFERENCES
-from mlrelease.quality.drift import psi_from_counts
+from mlrelease.quality.drift import edge_ranks, edges_from_order_statistics, psi_from_counts
 from mlrelease.quality.hourly import judged_columns
 from mlrelease.quality.partitions import Slice, day_start
 from mlrelease.settings import Settings
@@ -142,10 +142,10 @@ def spark_psi(reference: DataFrame, current: DataFrame, column: str) -> float:
         return frame.select(value.alias("v")).where(F.col("v").isNotNull() & ~F.isnan("v") & (F.abs("v") < np.inf))
 
     ref, cur = finite(reference), finite(current)
-    quantiles = ref.agg(F.percentile("v", [float(q) for q in np.linspace(0, 1, PSI_BINS + 1)])).first()
-    if quantiles is None or quantiles[0] is None or cur.isEmpty():
+    n = ref.count()
+    if n == 0 or cur.isEmpty():
         return float("inf")  # an empty sample: as drift.psi's ValueError, judged a full shift
-    edges = np.unique(np.asarray(quantiles[0], dtype="float64"))
+    edges = edges_from_order_statistics(n, order_statistics(ref, "v", edge_ranks(n, PSI_BINS)), PSI_BINS)
     if edges.size < 2:  # a constant reference: any other value is a full shift
         return 0.0 if cur.where(F.col("v") != float(edges[0])).isEmpty() else float("inf")
     inner = [float(e) for e in edges[1:-1]]
@@ -156,6 +156,27 @@ def spark_psi(reference: DataFrame, current: DataFrame, column: str) -> float:
         return np.array([found.get(i, 0) for i in range(len(inner) + 1)], dtype="float64")
 
     return psi_from_counts(counts(ref), counts(cur))
+
+
+def order_statistics(frame: DataFrame, column: str, ranks: list[int]) -> dict[int, float]:
+    """The values at these 0-based ranks of the column sorted ascending: distinct values with their counts, a
+    running count over them (one task holds the distinct values, as Spark's exact `percentile` does), and only the
+    blocks that hold a wanted rank reach the driver."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    running = Window.orderBy(column).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    blocks = frame.groupBy(column).count().withColumn("_end", F.sum("count").over(running))
+    start = F.col("_end") - F.col("count")  # the block of equal values holds ranks [start, end)
+    wanted = reduce(
+        lambda acc, r: acc | ((start <= r) & (F.col("_end") > r)),
+        ranks[1:],
+        (start <= ranks[0]) & (F.col("_end") > ranks[0]),
+    )
+    found: dict[int, float] = {}
+    for row in blocks.where(wanted).select(column, start.alias("s"), "_end").collect():
+        found.update({r: float(row[column]) for r in ranks if row["s"] <= r < row["_end"]})
+    return found
 
 
 def hour_counts(frame: DataFrame, timestamp: str, columns: list[str]) -> np.ndarray:
