@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 import pytest
 
@@ -83,3 +86,23 @@ def test_spark_refuses_nanosecond_timestamps_by_name() -> None:
         )
     ]
     assert spark_problems(pa.schema([fields[0], pa.field("event_timestamp", pa.timestamp("us", tz="UTC"))])) == []
+
+
+def test_a_daemon_started_for_the_cluster_dies_with_the_process_that_started_it():
+    # LocalSparkCluster's daemons run in their own sessions; a SIGKILLed test run must not leave them behind.
+    script = (
+        "import subprocess, time\n"
+        "from mlrelease.spark.cluster import terminate_with_parent\n"
+        "child = subprocess.Popen(['sleep', '600'], start_new_session=True, preexec_fn=terminate_with_parent)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    daemon = psutil.Process(int(parent.stdout.readline()))
+    assert daemon.is_running() and daemon.status() != psutil.STATUS_ZOMBIE
+    parent.kill()
+    parent.wait()
+    try:
+        daemon.wait(timeout=10)  # reaped by init, or a zombie nobody reaps: either way it no longer runs
+    except psutil.TimeoutExpired:
+        assert daemon.status() == psutil.STATUS_ZOMBIE

@@ -2,18 +2,21 @@
 
 pyspark ships Spark's jars and `bin/spark-class` but not `sbin/start-master.sh`, so the daemons are started
 directly (`spark-class org.apache.spark.deploy.master.Master`, `... worker.Worker`), each its own process
-group, and stopped by PID. The master's `/json/` page says when the workers have registered. Used by the
-tests and the benchmark; production points `spark.master` at its own cluster instead.
+group, stopped by PID, and terminated by the kernel if the process that started them dies first. The master's
+`/json/` page says when the workers have registered. Used by the tests and the benchmark; production points
+`spark.master` at its own cluster instead.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -22,7 +25,19 @@ from typing import Any
 
 from mlrelease.errors import StepError
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 JAVA_17 = "/usr/lib/jvm/java-17-openjdk-*"  # Debian's openjdk-17-jre-headless, any architecture (Spark 4: 17+)
+
+
+def terminate_with_parent() -> None:
+    """In the forked daemon, before exec: SIGTERM it when the process that started it dies, however it dies.
+
+    A daemon runs in its own session (stopped by process group), so a SIGKILLed test run or benchmark would
+    otherwise leave the JVMs running; Linux's parent-death signal survives spark-class's final `exec java`, and
+    the JVM's shutdown hooks stop a worker's executors.
+    """
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def java_home() -> str:
@@ -92,7 +107,12 @@ class LocalSparkCluster:
         log = (self.workdir / f"{name}.log").open("wb")
         spark_class = str(spark_home() / "bin" / "spark-class")
         proc = subprocess.Popen(
-            [spark_class, *args], env=self._env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            [spark_class, *args],
+            env=self._env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=terminate_with_parent,
         )
         self.processes.append(proc)
 
