@@ -239,15 +239,22 @@ def test_an_hour_without_rows_or_without_a_column_is_named_and_noise_is_not():
     assert hour_gaps(PACKAGES, today, reference) == []
     lost = today[today["event_timestamp"].dt.hour != 13]
     (gap,) = hour_gaps(PACKAGES, lost, reference)  # one line for the hour, not one per column
-    assert (gap.column, gap.hour, gap.present) == (ROWS, 13, 0) and 20 < gap.expected < 30
+    assert (gap.column, gap.span, gap.present) == (ROWS, "13:00-14:00", 0) and 20 < gap.expected < 30
     assert "13:00-14:00 UTC has 0 rows" in gap.line("packages", "date=2026-11-28", 7)
     # One hour's declared values missing: ~4 % of the day, twice this column's usual share, named by its hour.
     outage = today.assign(declared_value=today["declared_value"].where(today["event_timestamp"].dt.hour != 9))
     (gap,) = hour_gaps(PACKAGES, outage, reference)
-    assert (gap.column, gap.hour, gap.present) == ("declared_value", 9, 0)
+    assert (gap.column, gap.span, gap.present) == ("declared_value", "09:00-10:00", 0)
     rows_then = int(today["event_timestamp"].dt.hour.eq(9).sum())  # a column is judged on the rows that arrived
     assert gap.expected == pytest.approx(rows_then * gap.reference_share) and 0.9 < gap.reference_share < 1
     assert re.search(r"0 values, \d+\.\d expected \(9\d % of that hour's rows had one\)$", gap.line("p", "d", 7))
+    # An hour lost across the clock hours (13:30-14:30) halves both: the hours starting on the half hour see it.
+    minutes = today["event_timestamp"].dt.hour * 60 + today["event_timestamp"].dt.minute
+    (gap,) = hour_gaps(PACKAGES, today[(minutes < 13 * 60 + 30) | (minutes >= 14 * 60 + 30)], reference)
+    assert (gap.column, gap.span, gap.present) == (ROWS, "13:30-14:30", 0)
+    # Two hours lost: one stretch, one line, its counts summed.
+    (gap,) = hour_gaps(PACKAGES, today[~today["event_timestamp"].dt.hour.isin([13, 14])], reference)
+    assert (gap.column, gap.span, gap.present) == (ROWS, "13:00-15:00", 0) and 40 < gap.expected < 60
     # Half an hour's rows lost and the rest complete: the rows are short, no column is blamed for it.
     half = today[~(today["event_timestamp"].dt.hour.eq(9) & today["event_timestamp"].dt.minute.lt(45))]
     assert [g.column for g in hour_gaps(PACKAGES, half, reference)] == [ROWS]

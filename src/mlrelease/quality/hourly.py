@@ -6,6 +6,11 @@ present (non-null) are compared with what the reference days predict for this ba
 share of all reference rows that carried a value in that hour. An hour is a finding when fewer than LOW of the
 expected values arrived AND the binomial lower tail of that count is below ALPHA, so a thin hour at night is not
 flagged for noise while an empty hour of 25 expected rows is (P = e^-25 ~ 1e-11).
+
+The hours judged start every half hour (13:00-14:00, 13:30-14:30, ...): an outage from 13:30 to 14:30 halves two
+clock hours, which each may pass by chance, but empties one of these. Overlapping flagged hours of a column are
+reported as one stretch (13:00-15:00 for two lost hours), trimmed to the half hours that are short themselves,
+its counts summed over the stretch.
 """
 
 from __future__ import annotations
@@ -22,35 +27,44 @@ LOW = 0.5  # fewer than half the expected values in an hour ...
 ALPHA = 1e-6  # ... and that few this unlikely by chance (24 hours x ~8 columns x 4 tables: ~1e-3 a night)
 MIN_EXPECTED = 5.0  # hours where history expects fewer values are not judged (too few to say anything)
 ROWS = "table"  # the finding's column when whole rows are missing
+BINS = 48  # half hours of the day: the counts' rows
+WINDOW = 2  # bins per judged hour
 
 
 @dataclass(frozen=True)
 class HourGap:
-    """One hour of the day where a column (or whole rows: column ROWS) had far fewer values than history says."""
+    """A stretch of the day (an hour, or overlapping hours merged) where a column (or whole rows: column ROWS) had
+    far fewer values than history says."""
 
     column: str
-    hour: int
+    start_minute: int  # of the day, UTC
+    end_minute: int
     present: int
     expected: float
-    reference_share: float  # share of the reference's rows in that hour that had a value (1.0 for rows)
+    reference_share: float  # share of the reference's rows in the stretch that had a value (1.0 for rows)
+
+    @property
+    def span(self) -> str:
+        """The stretch as clock times, e.g. 13:30-14:30."""
+        return "-".join(f"{m // 60:02d}:{m % 60:02d}" for m in (self.start_minute, self.end_minute))
 
     def line(self, table: str, partition: str, reference_days: int) -> str:
         """The finding's one line, worded like the suite's: table.column partition: expected ...; observed."""
-        span = f"{self.hour:02d}:00-{self.hour + 1:02d}:00 UTC"
         what = "rows" if self.column == ROWS else "values"
         return (
             f"{table}.{self.column} {partition}: expected every hour of the day as complete as the same hour of "
-            f"{reference_days} reference days; {span} has {self.present} {what}, {self.expected:.1f} expected"
+            f"{reference_days} reference days; {self.span} UTC has {self.present} {what}, {self.expected:.1f} expected"
             + ("" if self.column == ROWS else f" ({100 * self.reference_share:.0f} % of that hour's rows had one)")
         )
 
 
 def present_per_hour(frame: pd.DataFrame, timestamp: str, columns: list[str]) -> np.ndarray:
-    """Rows (first column) and non-null values of each column per hour of the day: a 24 x (1 + columns) array."""
-    hours = frame[timestamp].dt.hour.to_numpy()
+    """Rows (first column) and non-null values of each column per half hour of the day: BINS x (1 + columns)."""
+    times = frame[timestamp].dt
+    bins = (times.hour * 2 + times.minute // 30).to_numpy()
     present = np.column_stack([np.ones(len(frame), dtype=bool), frame[columns].notna().to_numpy()])
-    out = np.zeros((24, 1 + len(columns)), dtype="int64")
-    np.add.at(out, hours, present.astype("int64"))
+    out = np.zeros((BINS, 1 + len(columns)), dtype="int64")
+    np.add.at(out, bins, present.astype("int64"))
     return out
 
 
@@ -64,7 +78,7 @@ def frame_hour_counts(
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The judged columns and the per-hour counts of a pandas batch and of its reference (gaps_from_counts' input)."""
     if batch.empty or reference.empty:
-        return [], np.zeros((24, 1), dtype="int64"), np.zeros((24, 1), dtype="int64")
+        return [], np.zeros((BINS, 1), dtype="int64"), np.zeros((BINS, 1), dtype="int64")
     columns = judged_columns(table, list(batch.columns))
     ts = table.timestamp
     return columns, present_per_hour(batch, ts, columns), present_per_hour(reference, ts, columns)
@@ -75,32 +89,72 @@ def hour_gaps(table: Table, batch: pd.DataFrame, reference: pd.DataFrame) -> lis
     return gaps_from_counts(*frame_hour_counts(table, batch, reference))
 
 
-def gaps_from_counts(columns: list[str], now: np.ndarray, past: np.ndarray) -> list[HourGap]:
-    """hour_gaps from per-hour counts (24 x (1 + columns), rows first) that any engine may have counted.
+def _judge(
+    now: np.ndarray, past: np.ndarray, batch_rows: int, reference_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per stretch (rows of the per-stretch counts) and column: (significantly low, present, expected, share); the
+    day's rows in the batch and in the reference are the totals the stretches are shares of.
 
-    Rows: each of the batch's rows falls in hour h with the reference's share of rows in h. A column's values:
-    each row present in hour h has a value with the reference's share in that same hour (so an hour that lost
-    its rows is the rows' finding only, and a column is judged against the rows that did arrive).
+    Rows: each of the batch's rows falls in the stretch with the reference's share of rows in it. A column's
+    values: each row present in the stretch has a value with the reference's share in that same stretch (so a
+    stretch that lost its rows is the rows' finding only, and a column is judged against the rows that arrived).
     """
-    names = [ROWS, *columns]
-    batch_rows, reference_rows = int(now[:, 0].sum()), int(past[:, 0].sum())
-    if batch_rows == 0 or reference_rows == 0:
-        return []
     rows_then = past[:, :1]
     with np.errstate(invalid="ignore", divide="ignore"):
         value_share = np.where(rows_then > 0, past[:, 1:] / rows_then, 0.0)
     share = np.column_stack([past[:, 0] / reference_rows, value_share])
-    trials = np.column_stack([np.full(24, batch_rows), np.repeat(now[:, :1], len(columns), axis=1)])
+    trials = np.column_stack([np.full(len(now), batch_rows), np.repeat(now[:, :1], now.shape[1] - 1, axis=1)])
     expected = share * trials
     low = (now < LOW * expected) & (expected >= MIN_EXPECTED)
-    significant = low & (binom.cdf(now, trials, share) < ALPHA)
-    return [
-        HourGap(
-            column=names[col],
-            hour=int(hour),
-            present=int(now[hour, col]),
-            expected=float(expected[hour, col]),
-            reference_share=float(share[hour, col]) if col else 1.0,
-        )
-        for hour, col in zip(*np.nonzero(significant), strict=True)
-    ]
+    return low & (binom.cdf(now, trials, share) < ALPHA), now, expected, share
+
+
+def _hours(counts: np.ndarray, starts: list[int], ends: list[int]) -> np.ndarray:
+    """The counts summed over each stretch of half hours [start, end)."""
+    return np.array([counts[s:e].sum(axis=0) for s, e in zip(starts, ends, strict=True)], dtype="int64")
+
+
+def gaps_from_counts(columns: list[str], now: np.ndarray, past: np.ndarray) -> list[HourGap]:
+    """hour_gaps from per-half-hour counts (BINS x (1 + columns), rows first) that any engine may have counted."""
+    names = [ROWS, *columns]
+    totals = int(now[:, 0].sum()), int(past[:, 0].sum())
+    if 0 in totals:
+        return []
+    starts = list(range(BINS - WINDOW + 1))
+    ends = [s + WINDOW for s in starts]
+    flagged, *_ = _judge(_hours(now, starts, ends), _hours(past, starts, ends), *totals)
+    _, bin_present, bin_expected, _ = _judge(now, past, *totals)
+    short = bin_present < LOW * bin_expected  # half hours that are short themselves: a stretch's ends are trimmed
+    gaps = []
+    for col in range(len(names)):
+        for first, last in _stretches([s for s in starts if flagged[s, col]]):
+            end = last + WINDOW
+            # A column that is near-always set makes an hour half-empty significant: trim to the short half hours.
+            while first < end - 1 and not short[first, col]:
+                first += 1
+            while end - 1 > first and not short[end - 1, col]:
+                end -= 1
+            stretch = _hours(now, [first], [end]), _hours(past, [first], [end])
+            _, present, expected, share = _judge(*stretch, *totals)
+            gaps.append(
+                HourGap(
+                    column=names[col],
+                    start_minute=30 * first,
+                    end_minute=30 * end,
+                    present=int(present[0, col]),
+                    expected=float(expected[0, col]),
+                    reference_share=float(share[0, col]) if col else 1.0,
+                )
+            )
+    return sorted(gaps, key=lambda g: (g.start_minute, names.index(g.column)))
+
+
+def _stretches(starts: list[int]) -> list[tuple[int, int]]:
+    """Overlapping or touching judged hours (their first bins, ascending) merged: (first one's, last one's start)."""
+    merged: list[tuple[int, int]] = []
+    for start in starts:
+        if merged and start <= merged[-1][1] + WINDOW:
+            merged[-1] = (merged[-1][0], start)
+        else:
+            merged.append((start, start))
+    return merged

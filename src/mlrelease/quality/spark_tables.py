@@ -24,7 +24,7 @@ from mlrelease.errors import StepError
 from mlrelease.quality.contract import contract_problems
 from mlrelease.quality.derived import REFERENCES, TEMPORAL_REFERENCES
 from mlrelease.quality.drift import edge_ranks, edges_from_order_statistics, psi_from_counts
-from mlrelease.quality.hourly import judged_columns
+from mlrelease.quality.hourly import BINS, judged_columns
 from mlrelease.quality.partitions import Slice, day_start
 from mlrelease.settings import Settings
 from mlrelease.sources import partition_file
@@ -180,14 +180,15 @@ def order_statistics(frame: DataFrame, column: str, ranks: list[int]) -> dict[in
 
 
 def hour_counts(frame: DataFrame, timestamp: str, columns: list[str]) -> np.ndarray:
-    """Rows and non-null values of each column per hour of the day (UTC session): 24 x (1 + columns)."""
+    """Rows and non-null values of each column per half hour of the day (UTC session): BINS x (1 + columns)."""
     from pyspark.sql import functions as F
 
     aggregates = [F.count(F.lit(1)), *(F.count(F.col(c)) for c in columns)]
-    out = np.zeros((24, 1 + len(columns)), dtype="int64")
-    for row in frame.groupBy(F.hour(timestamp).alias("h")).agg(*aggregates).collect():
-        if row["h"] is not None:
-            out[row["h"]] = list(row)[1:]
+    out = np.zeros((BINS, 1 + len(columns)), dtype="int64")
+    half_hour = F.hour(timestamp) * 2 + F.floor(F.minute(timestamp) / 30)
+    for row in frame.groupBy(half_hour.cast("int").alias("b")).agg(*aggregates).collect():
+        if row["b"] is not None:
+            out[row["b"]] = list(row)[1:]
     return out
 
 
