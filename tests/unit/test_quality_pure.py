@@ -19,7 +19,7 @@ from mlrelease.quality.derived import (
 )
 from mlrelease.quality.drift import edge_ranks, edges_from_order_statistics, psi, quantile_edges
 from mlrelease.quality.findings import entries, failure_line
-from mlrelease.quality.hourly import ALPHA, ROWS, hour_gaps
+from mlrelease.quality.hourly import ALPHA, BINS, ROWS, gaps_from_counts, hour_gaps
 from mlrelease.quality.ledger import PartitionFile, PartitionLedger
 from mlrelease.quality.parameters import suite_parameters
 from mlrelease.storage import sha256
@@ -258,6 +258,17 @@ def test_an_hour_without_rows_or_without_a_column_is_named_and_noise_is_not():
     # Half an hour's rows lost and the rest complete: the rows are short, no column is blamed for it.
     half = today[~(today["event_timestamp"].dt.hour.eq(9) & today["event_timestamp"].dt.minute.lt(45))]
     assert [g.column for g in hour_gaps(PACKAGES, half, reference)] == [ROWS]
+
+
+def test_a_column_is_not_blamed_for_rows_lost_in_the_half_hour_where_it_is_usually_set():
+    # c is set on 90 % of the rows from 13:00 and on 20 % from 13:30 (history); today 13:00-13:40 lost its rows.
+    past = np.zeros((BINS, 2), dtype="int64")
+    past[:, 0], past[:, 1], past[27, 1] = 700, 630, 140
+    now = past // 7
+    now[26] = 0
+    now[27] = now[27] * 4 // 6  # 13:30-13:40 lost too: rows and their values alike
+    gaps = gaps_from_counts(["c"], now, past)
+    assert [(g.column, g.span) for g in gaps] == [(ROWS, "13:00-13:30")], gaps  # the rows' finding only
 
 
 def test_hour_gaps_stay_quiet_on_clean_days_and_thin_hours():

@@ -9,8 +9,9 @@ flagged for noise while an empty hour of 25 expected rows is (P = e^-25 ~ 1e-11)
 
 The hours judged start every half hour (13:00-14:00, 13:30-14:30, ...): an outage from 13:30 to 14:30 halves two
 clock hours, which each may pass by chance, but empties one of these. Overlapping flagged hours of a column are
-reported as one stretch (13:00-15:00 for two lost hours), trimmed to the half hours that are short themselves,
-its counts summed over the stretch.
+reported as one stretch (13:00-15:00 for two lost hours), trimmed to the half hours that lost more than half
+(a 13:00-13:45 outage reads 13:00-13:30), its counts summed over the stretch. Partitions are days: an outage
+across midnight (23:30-00:30) is half an hour in each of two partitions, judged separately, and may pass.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from scipy.stats import binom
 from mlrelease.data.schema import Table
 
 LOW = 0.5  # fewer than half the expected values in an hour ...
-ALPHA = 1e-6  # ... and that few this unlikely by chance (24 hours x ~8 columns x 4 tables: ~1e-3 a night)
+ALPHA = 1e-6  # ... and that few this unlikely by chance (47 hours x ~8 columns x 4 tables: < 2e-3 a night)
 MIN_EXPECTED = 5.0  # hours where history expects fewer values are not judged (too few to say anything)
 ROWS = "table"  # the finding's column when whole rows are missing
 BINS = 48  # half hours of the day: the counts' rows
@@ -90,40 +91,38 @@ def hour_gaps(table: Table, batch: pd.DataFrame, reference: pd.DataFrame) -> lis
 
 
 def _judge(
-    now: np.ndarray, past: np.ndarray, batch_rows: int, reference_rows: int
+    now: np.ndarray, past: np.ndarray, stretches: list[tuple[int, int]], totals: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per stretch (rows of the per-stretch counts) and column: (significantly low, present, expected, share); the
-    day's rows in the batch and in the reference are the totals the stretches are shares of.
+    """Per stretch of half hours [first, end) and per column: (significantly low, present, expected, share).
 
-    Rows: each of the batch's rows falls in the stretch with the reference's share of rows in it. A column's
-    values: each row present in the stretch has a value with the reference's share in that same stretch (so a
-    stretch that lost its rows is the rows' finding only, and a column is judged against the rows that arrived).
+    Rows: each of the batch's rows (totals[0]) falls in the stretch with the reference's share of rows in it
+    (of totals[1]). A column's values: each row that arrived in a half hour has a value with the reference's share
+    in that half hour, summed over the stretch (so a stretch that lost rows is the rows' finding only, and a
+    column that is full in one half hour and sparse in the next is not blamed for the rows of the full one).
     """
+    batch_rows, reference_rows = totals
     rows_then = past[:, :1]
     with np.errstate(invalid="ignore", divide="ignore"):
         value_share = np.where(rows_then > 0, past[:, 1:] / rows_then, 0.0)
-    share = np.column_stack([past[:, 0] / reference_rows, value_share])
-    trials = np.column_stack([np.full(len(now), batch_rows), np.repeat(now[:, :1], now.shape[1] - 1, axis=1)])
-    expected = share * trials
-    low = (now < LOW * expected) & (expected >= MIN_EXPECTED)
-    return low & (binom.cdf(now, trials, share) < ALPHA), now, expected, share
-
-
-def _hours(counts: np.ndarray, starts: list[int], ends: list[int]) -> np.ndarray:
-    """The counts summed over each stretch of half hours [start, end)."""
-    return np.array([counts[s:e].sum(axis=0) for s, e in zip(starts, ends, strict=True)], dtype="int64")
+    per_half_hour = np.column_stack([batch_rows * past[:, 0] / reference_rows, now[:, :1] * value_share])
+    present = np.array([now[first:end].sum(axis=0) for first, end in stretches], dtype="int64")
+    expected = np.array([per_half_hour[first:end].sum(axis=0) for first, end in stretches])
+    trials = np.column_stack([np.full(len(stretches), batch_rows), np.repeat(present[:, :1], now.shape[1] - 1, axis=1)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(trials > 0, expected / np.maximum(trials, 1), 0.0)
+    low = (present < LOW * expected) & (expected >= MIN_EXPECTED)
+    return low & (binom.cdf(present, trials, share) < ALPHA), present, expected, share
 
 
 def gaps_from_counts(columns: list[str], now: np.ndarray, past: np.ndarray) -> list[HourGap]:
     """hour_gaps from per-half-hour counts (BINS x (1 + columns), rows first) that any engine may have counted."""
     names = [ROWS, *columns]
-    totals = int(now[:, 0].sum()), int(past[:, 0].sum())
+    totals = (int(now[:, 0].sum()), int(past[:, 0].sum()))
     if 0 in totals:
         return []
     starts = list(range(BINS - WINDOW + 1))
-    ends = [s + WINDOW for s in starts]
-    flagged, *_ = _judge(_hours(now, starts, ends), _hours(past, starts, ends), *totals)
-    _, bin_present, bin_expected, _ = _judge(now, past, *totals)
+    flagged, *_ = _judge(now, past, [(s, s + WINDOW) for s in starts], totals)
+    _, bin_present, bin_expected, _ = _judge(now, past, [(b, b + 1) for b in range(BINS)], totals)
     short = bin_present < LOW * bin_expected  # half hours that are short themselves: a stretch's ends are trimmed
     gaps = []
     for col in range(len(names)):
@@ -134,8 +133,9 @@ def gaps_from_counts(columns: list[str], now: np.ndarray, past: np.ndarray) -> l
                 first += 1
             while end - 1 > first and not short[end - 1, col]:
                 end -= 1
-            stretch = _hours(now, [first], [end]), _hours(past, [first], [end])
-            _, present, expected, share = _judge(*stretch, *totals)
+            significant, present, expected, share = _judge(now, past, [(first, end)], totals)
+            if not significant[0, col]:  # what is left after trimming must be a finding on its own
+                continue
             gaps.append(
                 HourGap(
                     column=names[col],
