@@ -91,9 +91,10 @@ def test_spark_refuses_nanosecond_timestamps_by_name() -> None:
 def test_a_daemon_started_for_the_cluster_dies_with_the_process_that_started_it():
     # LocalSparkCluster's daemons run in their own sessions; a SIGKILLed test run must not leave them behind.
     script = (
-        "import subprocess, time\n"
+        "import os, subprocess, time\n"
         "from mlrelease.spark.cluster import terminate_with_parent\n"
-        "child = subprocess.Popen(['sleep', '600'], start_new_session=True, preexec_fn=terminate_with_parent)\n"
+        "arm = terminate_with_parent(os.getpid())\n"
+        "child = subprocess.Popen(['sleep', '600'], start_new_session=True, preexec_fn=arm)\n"
         "print(child.pid, flush=True)\n"
         "time.sleep(600)\n"
     )

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,18 +27,29 @@ from typing import Any
 from mlrelease.errors import StepError
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 JAVA_17 = "/usr/lib/jvm/java-17-openjdk-*"  # Debian's openjdk-17-jre-headless, any architecture (Spark 4: 17+)
 
 
-def terminate_with_parent() -> None:
-    """In the forked daemon, before exec: SIGTERM it when the process that started it dies, however it dies.
+def terminate_with_parent(parent_pid: int) -> Callable[[], None]:
+    """A `preexec_fn` for a daemon: the kernel SIGTERMs it when the process `parent_pid` that starts it dies.
 
     A daemon runs in its own session (stopped by process group), so a SIGKILLed test run or benchmark would
     otherwise leave the JVMs running; Linux's parent-death signal survives spark-class's final `exec java`, and
-    the JVM's shutdown hooks stop a worker's executors.
+    the JVM's shutdown hooks stop a worker's executors. The signal follows the *thread* that forked: start the
+    cluster from a thread that outlives it (the tests and the benchmark use their main thread).
     """
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    def in_the_child() -> None:
+        if _PRCTL is None:
+            return
+        # After fork only async-signal-safe work: prctl was resolved at import, no allocation here.
+        if _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent_pid:  # the parent died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return in_the_child
 
 
 def java_home() -> str:
@@ -112,7 +124,7 @@ class LocalSparkCluster:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=terminate_with_parent,
+            preexec_fn=terminate_with_parent(os.getpid()),
         )
         self.processes.append(proc)
 
