@@ -55,6 +55,16 @@ def _union(frames: list[DataFrame]) -> DataFrame | None:
     return reduce(lambda a, b: a.unionByName(b), frames) if frames else None
 
 
+def _shuffled(history: DataFrame) -> DataFrame:
+    """A join side built from earlier partitions, joined by shuffle (hash tables on the executors), never broadcast.
+
+    Its size estimate comes from a column or two of compressed parquet and reads small, so Spark would broadcast
+    it; at 1M orders a day the driver (1 GB) could not build the broadcast table (notEnoughMemoryToBuildAndBroadcast,
+    found by bench/bench_data_engines.py).
+    """
+    return history.hint("shuffle_hash")
+
+
 def _flag_unseen(batch: DataFrame, hashed: str, seen: DataFrame | None, flag: str) -> DataFrame:
     """`flag` is True where the batch's hash column is not among `seen`'s single column of hashes."""
     from pyspark.sql import functions as F
@@ -62,7 +72,7 @@ def _flag_unseen(batch: DataFrame, hashed: str, seen: DataFrame | None, flag: st
     if seen is None:
         return batch.withColumn(flag, F.lit(True))
     known = seen.toDF("_seen").distinct().withColumn("_hit", F.lit(True))
-    joined = batch.join(known, batch[hashed] == known["_seen"], "left")
+    joined = batch.join(_shuffled(known), batch[hashed] == known["_seen"], "left")
     return joined.withColumn(flag, F.col("_hit").isNull()).drop("_seen", "_hit")
 
 
@@ -328,7 +338,8 @@ class SparkTableCheck:
                 out = out.withColumn(flag, F.lit(False))
                 continue
             hits = keys.toDF("_ref").distinct().withColumn("_hit", F.lit(True))
-            out = out.join(hits, out[column] == hits["_ref"], "left").withColumn(flag, F.col("_hit").isNotNull())
+            out = out.join(_shuffled(hits), out[column] == hits["_ref"], "left")
+            out = out.withColumn(flag, F.col("_hit").isNotNull())
             out = out.drop("_ref", "_hit")
         for column in TEMPORAL_REFERENCES:
             since = known[REFERENCES[column]].since_until(day)
@@ -337,7 +348,7 @@ class SparkTableCheck:
                 out = out.withColumn(flag, F.lit(True))
                 continue
             since = since.toDF("_ref", "_since")
-            out = out.join(since, out[column] == since["_ref"], "left")
+            out = out.join(_shuffled(since), out[column] == since["_ref"], "left")
             existed = F.col("_since").isNull() | (F.col("_since") <= F.col(self.table.timestamp))
             out = out.withColumn(flag, F.coalesce(existed, F.lit(False))).drop("_ref", "_since")
         return out
