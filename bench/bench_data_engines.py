@@ -9,7 +9,7 @@ package. Peak memory is the largest resident set seen (sampled every 0.2 s) of t
 driver, for Spark) and, for Spark, of the executors' JVMs together. Rows/s counts the source rows the gate
 checked (all four tables).
 
-    python bench/bench_data_engines.py [--sizes 200000 1000000 5000000] [--workers 2]
+    python bench/bench_data_engines.py [--sizes 200000 1000000 5000000] [--workers 2] [--engines pandas spark]
 """
 
 from __future__ import annotations
@@ -121,6 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[200_000, 1_000_000])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--engines", nargs="+", choices=("pandas", "spark"), default=["pandas", "spark"])
     args = parser.parse_args()
     from mlrelease.data.generate import generate
     from mlrelease.spark.cluster import LocalSparkCluster
@@ -135,7 +136,7 @@ def main() -> None:
                 began = time.perf_counter()
                 generate(offline, *HISTORY, rows_per_day=size, seed=3)
                 print(f"# {size:,} orders/day: history generated in {time.perf_counter() - began:.0f} s", flush=True)
-                for engine in ("pandas", "spark"):
+                for engine in args.engines:
                     r = measure(engine, offline, Path(tmp) / f"run-{size}", redis_url, cluster.master_url, workers)
                     print(f"#   {engine}: {r}", flush=True)
                     table.append(

@@ -56,13 +56,15 @@ def _union(frames: list[DataFrame]) -> DataFrame | None:
 
 
 def _shuffled(history: DataFrame) -> DataFrame:
-    """A join side built from earlier partitions, joined by shuffle (hash tables on the executors), never broadcast.
+    """A join side built from earlier partitions, joined by sort-merge (sorted runs spill to disk), never by a hash
+    table in memory.
 
     Its size estimate comes from a column or two of compressed parquet and reads small, so Spark would broadcast
-    it; at 1M orders a day the driver (1 GB) could not build the broadcast table (notEnoughMemoryToBuildAndBroadcast,
-    found by bench/bench_data_engines.py).
+    it, or (with the shuffle coalesced) build one hash table of every earlier key in one task: at 1M orders a day
+    the 1 GB driver could not build the broadcast table, nor a 1 GB executor the hash table
+    (bench/bench_data_engines.py found both).
     """
-    return history.hint("shuffle_hash")
+    return history.hint("merge")
 
 
 def _flag_unseen(batch: DataFrame, hashed: str, seen: DataFrame | None, flag: str) -> DataFrame:
