@@ -119,6 +119,19 @@ def run_nightly_dag(
     return proc, outcomes
 
 
+def redis_digest(address: str) -> str:
+    """A digest of a Redis: every key with its serialized value, in key order."""
+    import hashlib
+
+    import redis
+
+    client = redis.Redis.from_url(f"redis://{address}")
+    digest = hashlib.sha256()
+    for key in sorted(client.keys("*")):
+        digest.update(key + (client.dump(key) or b""))
+    return digest.hexdigest()
+
+
 class Receiver:
     """A real HTTP server on loopback that records every JSON body POSTed to it."""
 

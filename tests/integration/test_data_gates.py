@@ -25,7 +25,7 @@ from mlrelease.steps.materialize import materialize
 from mlrelease.steps.validate_data import validate_data
 from mlrelease.storage import sha256
 from mlrelease.timewindow import Window
-from tests.conftest import ROWS_PER_DAY, WINDOW_END, WINDOW_START
+from tests.conftest import ROWS_PER_DAY, WINDOW_END, WINDOW_START, redis_digest
 
 pytestmark = pytest.mark.integration
 TONIGHT = Window.parse(WINDOW_START, WINDOW_END)
@@ -111,17 +111,10 @@ def _store_digest(settings: Settings) -> str:
     """A digest of the whole online store: the SQLite file, or every Redis key with its serialized value."""
     if settings.online_store == "sqlite":
         return sha256(settings.home / "feast/online_store.db")
-    import hashlib
-
     import redis
 
-    client = redis.Redis.from_url(f"redis://{settings.redis_url}")
-    digest = hashlib.sha256()
-    keys = sorted(client.keys("*"))
-    assert keys, "last night's features must be in Redis"
-    for key in keys:
-        digest.update(key + (client.dump(key) or b""))
-    return digest.hexdigest()
+    assert redis.Redis.from_url(f"redis://{settings.redis_url}").keys("*"), "last night's features must be in Redis"
+    return redis_digest(settings.redis_url)
 
 
 def _restore_tonight(offline: Path, clean_offline: Path) -> None:

@@ -29,7 +29,7 @@ from mlrelease.exit_codes import STATUS_SUCCESS
 from mlrelease.settings import REPO_ROOT, Settings
 from mlrelease.spark.cluster import LocalSparkCluster, free_port
 from mlrelease.timewindow import Window
-from tests.conftest import ROWS_PER_DAY, RUN_KEY, WINDOW_END, WINDOW_START, Receiver, run_nightly_dag
+from tests.conftest import ROWS_PER_DAY, RUN_KEY, WINDOW_END, WINDOW_START, Receiver, redis_digest, run_nightly_dag
 
 pytestmark = pytest.mark.integration
 TONIGHT = Window.parse(WINDOW_START, WINDOW_END)
@@ -261,19 +261,6 @@ def _corrupt(offline: Path, scratch: Path) -> None:
         shutil.copytree(scratch / mode / table, offline / table, dirs_exist_ok=True)
 
 
-def _redis_digest(redis_url: str) -> str:
-    """Every key of the online store with its serialized value, hashed."""
-    import hashlib
-
-    import redis
-
-    client = redis.Redis.from_url(f"redis://{redis_url}")
-    digest = hashlib.sha256()
-    for key in sorted(client.keys("*")):
-        digest.update(key + (client.dump(key) or b""))
-    return digest.hexdigest()
-
-
 def test_four_corruptions_and_two_contract_breaks_are_stopped_with_the_same_lines_on_both_engines(
     cluster: LocalSparkCluster, clean_offline: Path, redis_url: str, tmp_path: Path
 ) -> None:
@@ -289,13 +276,13 @@ def test_four_corruptions_and_two_contract_breaks_are_stopped_with_the_same_line
         _corrupt(settings.offline_dir, tmp_path / engine / "scratch")
         # An earlier night's entry stands in for the store's contents: a write, a delete or a flush all show.
         redis.Redis.from_url(f"redis://{redis_url}").set(b"mlrelease:earlier-night", b"features")
-        before = _redis_digest(redis_url)
+        before = redis_digest(redis_url)
         with pytest.raises(GateFailed) as stopped:
             validate_data(settings, TONIGHT, overlap=OVERLAP, training_days=3)
         assert "\n" not in str(stopped.value)
         with pytest.raises(StepError, match="materialize reads only validated source partitions"):
             materialize(settings, TONIGHT, OVERLAP)
-        assert _redis_digest(redis_url) == before  # nothing reached the online store
+        assert redis_digest(redis_url) == before  # nothing reached the online store
         findings[engine] = _validation(settings)["failures"]
     assert findings["spark"] == findings["pandas"]
     for mode, line in STOPPED_BY.items():

@@ -55,7 +55,7 @@ def _union(frames: list[DataFrame]) -> DataFrame | None:
     return reduce(lambda a, b: a.unionByName(b), frames) if frames else None
 
 
-def _shuffled(history: DataFrame) -> DataFrame:
+def _merge_joined(history: DataFrame) -> DataFrame:
     """A join side built from earlier partitions, joined by sort-merge (sorted runs spill to disk), never by a hash
     table in memory.
 
@@ -68,13 +68,13 @@ def _shuffled(history: DataFrame) -> DataFrame:
 
 
 def _flag_unseen(batch: DataFrame, hashed: str, seen: DataFrame | None, flag: str) -> DataFrame:
-    """`flag` is True where the batch's hash column is not among `seen`'s single column of hashes."""
+    """`flag` is True where the batch's column `hashed` (a row hash, or a key) is not among `seen`'s single column."""
     from pyspark.sql import functions as F
 
     if seen is None:
         return batch.withColumn(flag, F.lit(True))
     known = seen.toDF("_seen").distinct().withColumn("_hit", F.lit(True))
-    joined = batch.join(_shuffled(known), batch[hashed] == known["_seen"], "left")
+    joined = batch.join(_merge_joined(known), batch[hashed] == known["_seen"], "left")
     return joined.withColumn(flag, F.col("_hit").isNull()).drop("_seen", "_hit")
 
 
@@ -339,10 +339,7 @@ class SparkTableCheck:
             if keys is None:
                 out = out.withColumn(flag, F.lit(False))
                 continue
-            hits = keys.toDF("_ref").distinct().withColumn("_hit", F.lit(True))
-            out = out.join(_shuffled(hits), out[column] == hits["_ref"], "left")
-            out = out.withColumn(flag, F.col("_hit").isNotNull())
-            out = out.drop("_ref", "_hit")
+            out = _flag_unseen(out, column, keys, flag).withColumn(flag, ~F.col(flag))
         for column in TEMPORAL_REFERENCES:
             since = known[REFERENCES[column]].since_until(day)
             flag = f"_{column}_existed_at_event"
@@ -350,7 +347,7 @@ class SparkTableCheck:
                 out = out.withColumn(flag, F.lit(True))
                 continue
             since = since.toDF("_ref", "_since")
-            out = out.join(_shuffled(since), out[column] == since["_ref"], "left")
+            out = out.join(_merge_joined(since), out[column] == since["_ref"], "left")
             existed = F.col("_since").isNull() | (F.col("_since") <= F.col(self.table.timestamp))
             out = out.withColumn(flag, F.coalesce(existed, F.lit(False))).drop("_ref", "_since")
         return out
